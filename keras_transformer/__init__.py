@@ -1,0 +1,16 @@
+"""keras-transformer: a Keras 3 Transformer for every backend.
+
+Example:
+
+>>> import keras_transformer as kt
+>>> model = kt.models.transformer(100, 100, num_layers=1, d_model=16,
+...                               num_heads=2, ff_dim=32, max_length=16)
+>>> model.name
+'transformer'
+"""
+
+from keras_transformer import initializers
+from keras_transformer import layers
+from keras_transformer import models
+
+__version__ = "0.1.0"

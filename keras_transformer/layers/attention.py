@@ -1,0 +1,474 @@
+"""Multi-head attention with per-projection initializers and a KV cache."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
+from keras_transformer.initializers import FusedQKV
+from keras_transformer.initializers import with_seed_offset
+
+_LOGIT_SCALES = ("sqrt", "linear")
+# Finite, so a fully masked row gives a uniform softmax instead of NaN; the
+# layer then zeroes such rows explicitly.
+_MASKED_LOGIT = -1e9
+
+
+def _logit_scale_value(logit_scale, key_dim):
+    if logit_scale == "sqrt":
+        return 1.0 / math.sqrt(key_dim)
+    if logit_scale == "linear":
+        return 1.0 / key_dim
+    return float(logit_scale)
+
+
+def merge_attention_masks(
+    query_length,
+    key_length,
+    query_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    cache_index=None,
+):
+    """Combines padding, explicit and causal masks into one boolean mask.
+
+    Serves training and cached decoding alike: with `cache_index`, query i
+    sits at absolute position `cache_index + i`, so the causal rule is
+    "key j is visible if j <= cache_index + i", and cache slots not yet
+    written (j >= cache_index + query_length) are hidden.
+
+    Args:
+        query_length: number of query positions.
+        key_length: number of key positions.
+        query_mask: bool `(batch, query_length)`, True for real queries.
+        key_mask: bool `(batch, key_length)`, True for real keys.
+        attention_mask: bool `(batch, query_length, key_length)`.
+        use_causal_mask: bool, hide keys after each query.
+        cache_index: int or scalar tensor, position of the first query.
+
+    Returns:
+        Bool tensor broadcastable to `(batch, query_length, key_length)`,
+        True where attention is allowed, or None when nothing is masked.
+
+    Example:
+
+    >>> mask = merge_attention_masks(3, 3, use_causal_mask=True)
+    >>> keras.ops.convert_to_numpy(mask)[0].astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    masks = []
+    if query_mask is not None:
+        masks.append(ops.cast(query_mask, "bool")[:, :, None])
+    if key_mask is not None:
+        masks.append(ops.cast(key_mask, "bool")[:, None, :])
+    if attention_mask is not None:
+        masks.append(ops.cast(attention_mask, "bool"))
+    if use_causal_mask or cache_index is not None:
+        offset = 0 if cache_index is None else ops.cast(cache_index, "int32")
+        query_positions = ops.arange(query_length, dtype="int32") + offset
+        key_positions = ops.arange(key_length, dtype="int32")
+        if use_causal_mask:
+            visible = key_positions[None, :] <= query_positions[:, None]
+        else:
+            visible = ops.broadcast_to(
+                key_positions[None, :] < offset + query_length,
+                (query_length, key_length),
+            )
+        masks.append(visible[None, :, :])
+    if not masks:
+        return None
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
+    return merged
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention (section 3.2 of the paper).
+
+    `softmax(Q K^T * logit_scale) V` over `num_heads` heads, with an output
+    projection. Differences from `keras.layers.MultiHeadAttention` that this
+    package exists for:
+
+    - Each projection has its own initializer, applied to a 2-D kernel so
+      the fans are the projection's own (`fan_in = d_model`,
+      `fan_out = num_heads * key_dim` for Glorot). One seeded initializer
+      passed for all projections is re-seeded per projection (offsets 0, 1,
+      2, 3 for Q, K, V, O), so Q, K and V never start identical.
+    - `fused_qkv=True` keeps Q, K and V in one kernel whose default
+      initializer (`FusedQKV`) initializes each slice like the separate
+      projection it replaces. `qkv_initializer="fairseq"` adds fairseq's
+      1/sqrt(2) gain; which is better is contested, so both are offered.
+    - `logit_scale` sets the factor on the logits: `"sqrt"` (1/sqrt(key_dim),
+      the paper's), `"linear"` (1/key_dim, as in muP) or a float.
+    - Attention-weight dropout (`attention_dropout`) is separate from any
+      residual dropout. Without it, and without returned scores, the layer
+      calls `keras.ops.dot_product_attention` (flash attention where the
+      backend and device allow); otherwise it takes the explicit softmax
+      path. Softmax runs in float32 under mixed precision on both paths.
+    - A query row whose keys are all masked gives zeros, not NaN.
+
+    Args:
+        num_heads: int, number of attention heads.
+        key_dim: int, size of each head for queries and keys.
+        value_dim: int, size of each head for values. Defaults to `key_dim`.
+        output_dim: int, width of the output. Defaults to the query width.
+        attention_dropout: float, dropout rate on the attention weights.
+            Defaults to 0.
+        use_bias: bool, whether projections have biases. Defaults to True.
+        query_initializer: initializer of W_Q. Defaults to Glorot uniform.
+        key_initializer: initializer of W_K. Defaults to Glorot uniform.
+        value_initializer: initializer of W_V. Defaults to Glorot uniform.
+        output_initializer: initializer of W_O. Defaults to Glorot uniform;
+            `keras_transformer.initializers.DepthScaled` for deep stacks.
+        bias_initializer: initializer of all biases. Defaults to zeros.
+        fused_qkv: bool, one kernel for Q, K and V. Needs equal query, key
+            and value widths and `value_dim == key_dim`. Defaults to False.
+        qkv_initializer: initializer of the fused kernel. `None` (default)
+            is `FusedQKV` of the query, key and value initializers;
+            `"fairseq"` is the same with gain 1/sqrt(2); any Keras
+            initializer is used as is (Glorot on the fused matrix then
+            counts the fan-out three times: the mistake the tutorials show).
+        logit_scale: `"sqrt"` (default), `"linear"` or a float.
+        flash_attention: passed to `keras.ops.dot_product_attention`;
+            None (default) lets the backend decide.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        query: `(batch, query_length, query_width)`.
+        value: `(batch, key_length, value_width)`.
+        key: `(batch, key_length, key_width)`; defaults to `value`.
+        query_mask, value_mask, key_mask: bool padding masks, filled from
+            the inputs' Keras masks when not passed.
+        attention_mask: bool `(batch, query_length, key_length)`, True
+            where attention is allowed.
+        use_causal_mask: bool, each query sees only earlier keys.
+        return_attention_scores: bool, also return the float32 weights
+            `(batch, num_heads, query_length, key_length)`.
+        training: bool, enables attention dropout.
+        cache: for decoding, a tensor
+            `(batch, 2, max_length, num_heads, key_dim)` of keys and values.
+            With `cache_index`, the new keys and values are written at
+            `cache_index` and attention covers the cache up to them; without
+            it the cache is read only (precomputed cross-attention).
+        cache_index: int or scalar int tensor, position of the first query.
+
+    Returns:
+        The output `(batch, query_length, output_dim)`; then the scores if
+        `return_attention_scores`, then the updated cache if `cache` was
+        passed.
+
+    Example:
+
+    >>> import numpy as np
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=8)
+    >>> x = np.random.rand(1, 5, 16).astype("float32")
+    >>> mha(x, x, use_causal_mask=True).shape
+    (1, 5, 16)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        output_dim=None,
+        attention_dropout=0.0,
+        use_bias=True,
+        query_initializer="glorot_uniform",
+        key_initializer="glorot_uniform",
+        value_initializer="glorot_uniform",
+        output_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        fused_qkv=False,
+        qkv_initializer=None,
+        logit_scale="sqrt",
+        flash_attention=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"MultiHeadAttention needs a positive int {name}, got "
+                    f"{name}={value!r}."
+                )
+        if not (
+            logit_scale in _LOGIT_SCALES or isinstance(logit_scale, (int, float))
+        ):
+            raise ValueError(
+                "logit_scale must be 'sqrt', 'linear' or a float, got "
+                f"logit_scale={logit_scale!r}."
+            )
+        if not 0.0 <= attention_dropout < 1.0:
+            raise ValueError(
+                "attention_dropout must be in [0, 1), got "
+                f"attention_dropout={attention_dropout!r}."
+            )
+        value_dim = value_dim or key_dim
+        if fused_qkv and value_dim != key_dim:
+            raise ValueError(
+                "fused_qkv=True needs value_dim == key_dim, got "
+                f"key_dim={key_dim}, value_dim={value_dim}."
+            )
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.output_dim = output_dim
+        self.attention_dropout = float(attention_dropout)
+        self.use_bias = use_bias
+        self.query_initializer = keras.initializers.get(query_initializer)
+        self.key_initializer = keras.initializers.get(key_initializer)
+        self.value_initializer = keras.initializers.get(value_initializer)
+        self.output_initializer = keras.initializers.get(output_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.fused_qkv = fused_qkv
+        self.qkv_initializer = (
+            qkv_initializer
+            if qkv_initializer in (None, "fairseq")
+            else keras.initializers.get(qkv_initializer)
+        )
+        self.logit_scale = logit_scale
+        self.flash_attention = flash_attention
+        self._dropout = keras.layers.Dropout(
+            self.attention_dropout, dtype=self.dtype_policy
+        )
+
+    @property
+    def scale(self):
+        """The float multiplying the attention logits."""
+        return _logit_scale_value(self.logit_scale, self.key_dim)
+
+    def _fused_initializer(self):
+        if self.qkv_initializer is None or self.qkv_initializer == "fairseq":
+            return FusedQKV(
+                [self.query_initializer, self.key_initializer, self.value_initializer],
+                gain=FAIRSEQ_QKV_GAIN if self.qkv_initializer else 1.0,
+            )
+        return self.qkv_initializer
+
+    def _add_projection(self, name, shape, initializer, seed_offset):
+        kernel = self.add_weight(
+            name=f"{name}_kernel",
+            shape=shape,
+            initializer=with_seed_offset(initializer, seed_offset),
+        )
+        bias = None
+        if self.use_bias:
+            bias = self.add_weight(
+                name=f"{name}_bias",
+                shape=shape[-1:],
+                initializer=self.bias_initializer,
+            )
+        return kernel, bias
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        query_width, key_width = query_shape[-1], key_shape[-1]
+        value_width = value_shape[-1]
+        heads = self.num_heads
+        if self.fused_qkv:
+            if not query_width == key_width == value_width:
+                raise ValueError(
+                    "fused_qkv=True needs query, key and value of the same "
+                    f"width, got {query_width}, {key_width}, {value_width}."
+                )
+            self.qkv_kernel = self.add_weight(
+                name="qkv_kernel",
+                shape=(query_width, 3 * heads * self.key_dim),
+                initializer=self._fused_initializer(),
+            )
+            self.qkv_bias = None
+            if self.use_bias:
+                self.qkv_bias = self.add_weight(
+                    name="qkv_bias",
+                    shape=(3 * heads * self.key_dim,),
+                    initializer=self.bias_initializer,
+                )
+        else:
+            self.query_kernel, self.query_bias = self._add_projection(
+                "query", (query_width, heads * self.key_dim), self.query_initializer, 0
+            )
+            self.key_kernel, self.key_bias = self._add_projection(
+                "key", (key_width, heads * self.key_dim), self.key_initializer, 1
+            )
+            self.value_kernel, self.value_bias = self._add_projection(
+                "value", (value_width, heads * self.value_dim), self.value_initializer, 2
+            )
+        self.output_kernel, self.output_bias = self._add_projection(
+            "output",
+            (heads * self.value_dim, self.output_dim or query_width),
+            self.output_initializer,
+            3,
+        )
+        self.built = True
+
+    def _project(self, inputs, kernel, bias, head_dim):
+        outputs = ops.matmul(inputs, kernel)
+        if bias is not None:
+            outputs = outputs + bias
+        return ops.reshape(
+            outputs, tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim)
+        )
+
+    def _qkv_parts(self):
+        """The (kernel, bias) pairs of Q, K and V, sliced from a fused kernel."""
+        if not self.fused_qkv:
+            return (
+                (self.query_kernel, self.query_bias),
+                (self.key_kernel, self.key_bias),
+                (self.value_kernel, self.value_bias),
+            )
+        width = self.num_heads * self.key_dim
+        kernel = ops.convert_to_tensor(self.qkv_kernel)
+        bias = None if self.qkv_bias is None else ops.convert_to_tensor(self.qkv_bias)
+        return tuple(
+            (
+                kernel[:, i * width : (i + 1) * width],
+                None if bias is None else bias[i * width : (i + 1) * width],
+            )
+            for i in range(3)
+        )
+
+    def _project_qkv(self, query, key, value, project_kv):
+        if self.fused_qkv and project_kv and query is key and key is value:
+            # Self-attention: one matmul for all three projections.
+            qkv = self._project(query, self.qkv_kernel, self.qkv_bias, 3 * self.key_dim)
+            q, k, v = ops.split(qkv, 3, axis=-1)
+            return q, k, v
+        (qk, qb), (kk, kb), (vk, vb) = self._qkv_parts()
+        q = self._project(query, qk, qb, self.key_dim)
+        if not project_kv:
+            return q, None, None
+        k = self._project(key, kk, kb, self.key_dim)
+        v = self._project(value, vk, vb, self.value_dim)
+        return q, k, v
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_index=None,
+    ):
+        key = value if key is None else key
+        key_mask = value_mask if key_mask is None else key_mask
+        read_only_cache = cache is not None and cache_index is None
+        q, k, v = self._project_qkv(query, key, value, not read_only_cache)
+        if cache is not None:
+            if cache_index is not None:
+                start = [0, 0, cache_index, 0, 0]
+                cache = ops.slice_update(cache, start, ops.stack([k, v], axis=1))
+            k, v = cache[:, 0], cache[:, 1]
+
+        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        fast_causal = (
+            use_causal_mask
+            and cache_index is None
+            and query_mask is None
+            and key_mask is None
+            and attention_mask is None
+        )
+        mask = None
+        if not fast_causal:
+            mask = merge_attention_masks(
+                query_length,
+                key_length,
+                query_mask=query_mask,
+                key_mask=None if read_only_cache and key_mask is None else key_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+                cache_index=cache_index,
+            )
+        explicit = return_attention_scores or (
+            training and self.attention_dropout > 0.0
+        )
+        if explicit:
+            outputs, scores = self._explicit_attention(
+                q, k, v, mask, fast_causal, training
+            )
+        else:
+            outputs = ops.dot_product_attention(
+                q,
+                k,
+                v,
+                mask=None if mask is None else mask[:, None, :, :],
+                scale=self.scale,
+                is_causal=fast_causal,
+                flash_attention=self.flash_attention,
+            )
+        if mask is not None:
+            # Rows with no visible key: zeros, not an average of masked keys.
+            has_key = ops.cast(ops.any(mask, axis=-1), outputs.dtype)
+            outputs = outputs * has_key[:, :, None, None]
+            if explicit:
+                scores = scores * ops.cast(has_key, scores.dtype)[:, None, :, None]
+
+        outputs = ops.reshape(
+            outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,)
+        )
+        outputs = ops.matmul(outputs, self.output_kernel)
+        if self.output_bias is not None:
+            outputs = outputs + self.output_bias
+        results = (outputs,)
+        if return_attention_scores:
+            results += (scores,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def _explicit_attention(self, q, k, v, mask, causal, training):
+        logits = ops.einsum("btnh,bsnh->bnts", q, k)
+        logits = ops.cast(logits, "float32") * self.scale
+        if causal:
+            mask = merge_attention_masks(
+                ops.shape(q)[1], ops.shape(k)[1], use_causal_mask=True
+            )
+        if mask is not None:
+            logits = ops.where(mask[:, None, :, :], logits, _MASKED_LOGIT)
+        scores = ops.softmax(logits, axis=-1)
+        weights = self._dropout(scores, training=training)
+        outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(weights, v.dtype), v)
+        return outputs, scores
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        serialize = keras.initializers.serialize
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "output_dim": self.output_dim,
+                "attention_dropout": self.attention_dropout,
+                "use_bias": self.use_bias,
+                "query_initializer": serialize(self.query_initializer),
+                "key_initializer": serialize(self.key_initializer),
+                "value_initializer": serialize(self.value_initializer),
+                "output_initializer": serialize(self.output_initializer),
+                "bias_initializer": serialize(self.bias_initializer),
+                "fused_qkv": self.fused_qkv,
+                "qkv_initializer": (
+                    self.qkv_initializer
+                    if self.qkv_initializer in (None, "fairseq")
+                    else serialize(self.qkv_initializer)
+                ),
+                "logit_scale": self.logit_scale,
+                "flash_attention": self.flash_attention,
+            }
+        )
+        return config

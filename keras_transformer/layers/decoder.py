@@ -1,0 +1,118 @@
+"""One Transformer decoder layer (section 3.1 of the paper)."""
+
+import keras
+
+from keras_transformer.layers.residual_block import ResidualBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(ResidualBlock):
+    """Causal self-attention, cross-attention, feed-forward; each residual.
+
+    The self-attention is causal: position i sees positions <= i only. The
+    cross-attention attends over `encoder_outputs`; a layer built without
+    them (a decoder-only language model) has no cross-attention. Post-LN
+    (`norm_first=False`, the paper's) or pre-LN, as in `EncoderLayer`. Each
+    head has `d_model // num_heads` features.
+
+    Args:
+        d_model: int, width of the inputs and outputs.
+        num_heads: int, number of attention heads; must divide `d_model`.
+        ff_dim: int, hidden width of the feed-forward network.
+        dropout: float, residual dropout on each sublayer's output
+            (0.1 in the paper). Defaults to 0.1.
+        attention_dropout: float, dropout on the attention weights.
+            Defaults to 0.
+        activation: feed-forward activation. Defaults to "relu".
+        norm_first: bool, pre-LN if True, post-LN (the paper's) if False.
+        layer_norm_epsilon: float. Defaults to 1e-5.
+        use_bias: bool, biases in all projections. Defaults to True.
+        kernel_initializer: initializer of the feed-forward's first kernel.
+        query_initializer, key_initializer, value_initializer: initializers
+            of W_Q, W_K, W_V in both attentions.
+        output_initializer: initializer of W_O and of the feed-forward's
+            output kernel.
+        bias_initializer: initializer of all biases. Defaults to zeros.
+        fused_qkv, qkv_initializer, logit_scale: see `MultiHeadAttention`.
+        **kwargs: other `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: float tensor `(batch, target_length, d_model)`.
+        encoder_outputs: float tensor `(batch, source_length, d_model)`, or
+            None for a decoder-only layer.
+        mask: bool `(batch, target_length)`, True for real target tokens.
+        encoder_mask: bool `(batch, source_length)`, True for real source
+            tokens.
+        attention_mask: bool `(batch, target_length, target_length)`,
+            combined with the causal mask in self-attention.
+        training: bool, enables dropout.
+
+    Returns:
+        A tensor of the inputs' shape.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = DecoderLayer(d_model=16, num_heads=2, ff_dim=32)
+    >>> target = np.random.rand(2, 4, 16).astype("float32")
+    >>> source = np.random.rand(2, 6, 16).astype("float32")
+    >>> layer(target, source).shape
+    (2, 4, 16)
+    """
+
+    def build(self, inputs_shape, encoder_outputs_shape=None):
+        self._check_width(inputs_shape)
+        super().build(inputs_shape)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm", inputs_shape)
+        self.cross_attention = None
+        if encoder_outputs_shape is not None:
+            self._check_width(encoder_outputs_shape)
+            self.cross_attention = self._attention("cross_attention")
+            self.cross_attention.build(inputs_shape, encoder_outputs_shape)
+            self.cross_attention_norm = self._norm("cross_attention_norm", inputs_shape)
+        self.feed_forward = self._feed_forward(inputs_shape)
+        self.feed_forward_norm = self._norm("feed_forward_norm", inputs_shape)
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        mask=None,
+        encoder_mask=None,
+        attention_mask=None,
+        training=None,
+    ):
+        if (encoder_outputs is None) != (self.cross_attention is None):
+            raise ValueError(
+                "DecoderLayer was built "
+                + ("with" if self.cross_attention is not None else "without")
+                + " encoder_outputs and must be called the same way."
+            )
+
+        def attend_to_self(x):
+            return self.self_attention(
+                x,
+                x,
+                query_mask=mask,
+                value_mask=mask,
+                attention_mask=attention_mask,
+                use_causal_mask=True,
+                training=training,
+            )
+
+        def attend_to_source(x):
+            return self.cross_attention(
+                x,
+                encoder_outputs,
+                query_mask=mask,
+                value_mask=encoder_mask,
+                training=training,
+            )
+
+        x = self._residual(inputs, attend_to_self, self.self_attention_norm, training)
+        if self.cross_attention is not None:
+            x = self._residual(x, attend_to_source, self.cross_attention_norm, training)
+        return self._residual(x, self.feed_forward, self.feed_forward_norm, training)

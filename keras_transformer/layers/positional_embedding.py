@@ -1,0 +1,305 @@
+"""Token embedding scaled by sqrt(d_model), combined with position encodings."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+_SCALES = ("sqrt",)
+_POSITIONS = ("sinusoidal", "learned")
+_MERGES = ("add", "concat")
+
+
+def sinusoidal_encoding(length, depth):
+    """The fixed sinusoidal position table of section 3.5 of the paper.
+
+    P[pos, 2i] = sin(pos / 10000^(2i / depth)) and
+    P[pos, 2i + 1] = cos(pos / 10000^(2i / depth)), sines and cosines
+    interleaved as in the paper. Computed in float64 on the host and returned
+    as float32, so it is exact to float32 precision whatever the layer's
+    compute dtype (a table computed in bfloat16 is off by up to ~2.0 at
+    large positions).
+
+    Args:
+        length: int, number of positions.
+        depth: int, number of features per position.
+
+    Returns:
+        A float32 NumPy array of shape `(length, depth)`.
+
+    Example:
+
+    >>> table = sinusoidal_encoding(4, 6)
+    >>> table.shape
+    (4, 6)
+    >>> float(table[0, 1])  # cos(0)
+    1.0
+    """
+    if length < 0 or depth < 1:
+        raise ValueError(
+            f"sinusoidal_encoding needs length >= 0 and depth >= 1, got "
+            f"length={length}, depth={depth}."
+        )
+    positions = np.arange(length, dtype=np.float64)[:, None]
+    even_features = np.arange(0, depth, 2, dtype=np.float64)
+    angles = positions / np.power(10000.0, even_features / depth)[None, :]
+    table = np.empty((length, depth), dtype=np.float64)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : depth // 2])
+    return table.astype(np.float32)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionalEmbedding(keras.layers.Layer):
+    """Token embedding times a scale, combined with position encodings.
+
+    Computes `scale * E[token] + P[position]` (section 3.4 and 3.5 of
+    "Attention Is All You Need"). The paper multiplies the embeddings by
+    sqrt(d_model) because the same matrix E is reused, transposed, as the
+    output projection to vocabulary logits, where it wants a small init
+    (std d_model^-0.5 here). The factor brings the token vectors back to unit
+    scale, comparable to the sinusoid values in [-1, 1], so neither signal
+    drowns the other. Call the layer with `reverse=True` (or use
+    `project_to_vocabulary`) for that tied output projection.
+
+    With `merge="concat"` the position encoding is concatenated instead of
+    added: the token part then has `d_model - position_dim` features, so the
+    output is still `d_model` wide.
+
+    Args:
+        vocabulary_size: int, number of token ids.
+        d_model: int, width of the output vectors.
+        max_length: int, the longest sequence (counting `start_index`) the
+            layer accepts; longer inputs raise a `ValueError`.
+        scale: `"sqrt"` (default) multiplies token vectors by the square
+            root of the token embedding width (d_model when
+            `merge="add"`), `None` leaves them unscaled, a float multiplies
+            by that float.
+        positions: `"sinusoidal"` (default, fixed) or `"learned"`.
+        merge: `"add"` (default) or `"concat"`.
+        position_dim: int, width of the position part when
+            `merge="concat"`. Required then, unused otherwise.
+        mask_zero: bool. If True, token id 0 is padding and the layer
+            returns a Keras mask. Defaults to False.
+        embeddings_initializer: initializer of the token matrix. Defaults to
+            normal with std `token_dim ** -0.5`.
+        positions_initializer: initializer of learned positions. Defaults to
+            normal with std `2 ** -0.5`, the root-mean-square of the
+            sinusoid table.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> embed = PositionalEmbedding(vocabulary_size=100, d_model=16,
+    ...                             max_length=32, mask_zero=True)
+    >>> tokens = np.array([[5, 7, 9, 0]])
+    >>> embed(tokens).shape
+    (1, 4, 16)
+    >>> embed.project_to_vocabulary(embed(tokens)).shape
+    (1, 4, 100)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        d_model,
+        max_length,
+        scale="sqrt",
+        positions="sinusoidal",
+        merge="add",
+        position_dim=None,
+        mask_zero=False,
+        embeddings_initializer=None,
+        positions_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (
+            ("vocabulary_size", vocabulary_size),
+            ("d_model", d_model),
+            ("max_length", max_length),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"PositionalEmbedding needs a positive int {name}, got "
+                    f"{name}={value!r}."
+                )
+        if positions not in _POSITIONS:
+            raise ValueError(
+                f"positions must be one of {_POSITIONS}, got "
+                f"positions={positions!r}."
+            )
+        if merge not in _MERGES:
+            raise ValueError(
+                f"merge must be one of {_MERGES}, got merge={merge!r}."
+            )
+        if merge == "concat":
+            if not isinstance(position_dim, int) or not 0 < position_dim < d_model:
+                raise ValueError(
+                    "merge='concat' needs an int position_dim with "
+                    f"0 < position_dim < d_model={d_model}, got "
+                    f"position_dim={position_dim!r}."
+                )
+        else:
+            position_dim = None
+        if not (scale is None or scale in _SCALES or isinstance(scale, (int, float))):
+            raise ValueError(
+                "scale must be 'sqrt', None or a number, got "
+                f"scale={scale!r}."
+            )
+        self.vocabulary_size = vocabulary_size
+        self.d_model = d_model
+        self.max_length = max_length
+        self.scale = float(scale) if isinstance(scale, (int, float)) else scale
+        self.positions = positions
+        self.merge = merge
+        self.position_dim = position_dim
+        self.mask_zero = mask_zero
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+            or keras.initializers.RandomNormal(stddev=self.token_dim**-0.5)
+        )
+        self.positions_initializer = keras.initializers.get(
+            positions_initializer
+            or keras.initializers.RandomNormal(stddev=2**-0.5)
+        )
+        self._sinusoids = (
+            sinusoidal_encoding(max_length, self.encoding_dim)
+            if positions == "sinusoidal"
+            else None
+        )
+
+    @property
+    def token_dim(self):
+        """Width of the token embedding part of the output."""
+        if self.merge == "concat":
+            return self.d_model - self.position_dim
+        return self.d_model
+
+    @property
+    def encoding_dim(self):
+        """Width of the position encoding part of the output."""
+        return self.position_dim if self.merge == "concat" else self.d_model
+
+    @property
+    def scale_factor(self):
+        """The float the token vectors are multiplied by."""
+        if self.scale == "sqrt":
+            return math.sqrt(self.token_dim)
+        return 1.0 if self.scale is None else self.scale
+
+    def build(self, inputs_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocabulary_size, self.token_dim),
+            initializer=self.embeddings_initializer,
+        )
+        if self.positions == "learned":
+            self.position_embeddings = self.add_weight(
+                name="position_embeddings",
+                shape=(self.max_length, self.encoding_dim),
+                initializer=self.positions_initializer,
+            )
+        self.built = True
+
+    def call(self, inputs, start_index=0, reverse=False):
+        """Embeds token ids, or with `reverse=True` maps hidden states to logits.
+
+        Args:
+            inputs: int tensor `(batch, length)` of token ids, or with
+                `reverse=True` a float tensor `(..., d_model)`.
+            start_index: position of the first token (int or scalar
+                tensor), for one-token-at-a-time decoding. Defaults to 0.
+            reverse: bool, use the layer as the tied output projection.
+        """
+        if reverse:
+            if self.merge == "concat":
+                raise ValueError(
+                    "The tied output projection needs merge='add': with "
+                    "merge='concat' the embedding matrix is narrower than "
+                    "d_model."
+                )
+            return ops.matmul(inputs, ops.transpose(self.embeddings))
+        length = inputs.shape[-1]
+        if (
+            isinstance(length, int)
+            and isinstance(start_index, int)
+            and start_index + length > self.max_length
+        ):
+            raise ValueError(
+                f"PositionalEmbedding got a sequence of length {length} "
+                f"starting at position {start_index}, beyond "
+                f"max_length={self.max_length}. Truncate the input or build "
+                "the layer with a larger max_length."
+            )
+        tokens = ops.take(self.embeddings, ops.cast(inputs, "int32"), axis=0)
+        tokens = tokens * ops.cast(self.scale_factor, tokens.dtype)
+        encoding = self._position_encoding(ops.shape(inputs)[-1], start_index)
+        encoding = ops.cast(encoding, tokens.dtype)
+        if self.merge == "add":
+            return tokens + encoding
+        encoding = ops.broadcast_to(
+            encoding, tuple(ops.shape(tokens)[:-1]) + (self.encoding_dim,)
+        )
+        return ops.concatenate([tokens, encoding], axis=-1)
+
+    def _position_encoding(self, length, start_index):
+        if self.positions == "learned":
+            table = ops.convert_to_tensor(self.position_embeddings)
+        else:
+            table = self._sinusoids
+        if isinstance(start_index, int) and isinstance(length, int):
+            return table[start_index : start_index + length]
+        table = ops.convert_to_tensor(table)
+        return ops.slice(table, (start_index, 0), (length, self.encoding_dim))
+
+    def project_to_vocabulary(self, hidden):
+        """Tied output projection: `hidden @ E^T`, logits over the vocabulary.
+
+        Args:
+            hidden: float tensor whose last axis is `d_model`.
+
+        Returns:
+            Logits with last axis `vocabulary_size`.
+        """
+        return self(hidden, reverse=True)
+
+    def compute_output_spec(self, inputs, start_index=0, reverse=False):
+        # Declared rather than traced: tracing would feed placeholder
+        # lengths to the max_length check.
+        if reverse:
+            shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
+        else:
+            shape = tuple(inputs.shape) + (self.d_model,)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        if "int" not in keras.backend.standardize_dtype(inputs.dtype):
+            return mask  # reverse mode: keep whatever mask the states carry
+        return ops.not_equal(inputs, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "d_model": self.d_model,
+                "max_length": self.max_length,
+                "scale": self.scale,
+                "positions": self.positions,
+                "merge": self.merge,
+                "position_dim": self.position_dim,
+                "mask_zero": self.mask_zero,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+                "positions_initializer": keras.initializers.serialize(
+                    self.positions_initializer
+                ),
+            }
+        )
+        return config
