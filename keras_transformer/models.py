@@ -122,7 +122,7 @@ def transformer(
     ...                     ff_dim=32, max_length=10)
     >>> batch = {"encoder_tokens": np.array([[5, 6, 7, 0]]),
     ...          "decoder_tokens": np.array([[1, 9, 0]])}
-    >>> model(batch).shape
+    >>> tuple(model(batch).shape)
     (1, 3, 120)
     """
     embedding = _embedding_options(embedding_scale, positions, merge, position_dim)
@@ -182,7 +182,7 @@ def encoder_classifier(
     >>> import numpy as np
     >>> model = encoder_classifier(100, 3, num_layers=1, d_model=16,
     ...                            num_heads=2, ff_dim=32, max_length=10)
-    >>> model(np.array([[5, 6, 0]])).shape
+    >>> tuple(model(np.array([[5, 6, 0]])).shape)
     (1, 3)
     """
     embedding = _embedding_options(embedding_scale, positions, merge, position_dim)
@@ -233,7 +233,7 @@ def language_model(
     >>> import numpy as np
     >>> model = language_model(100, num_layers=1, d_model=16, num_heads=2,
     ...                        ff_dim=32, max_length=10)
-    >>> model(np.array([[5, 6, 7]])).shape
+    >>> tuple(model(np.array([[5, 6, 7]])).shape)
     (1, 3, 100)
     """
     embedding = _embedding_options(embedding_scale, positions, merge, position_dim)

@@ -15,6 +15,20 @@ _LOGIT_SCALES = ("sqrt", "linear")
 _MASKED_LOGIT = -1e9
 
 
+def get_qkv_initializer(identifier):
+    """Resolves a fused-QKV initializer argument: None, "fairseq" or any initializer."""
+    if identifier is None or identifier == "fairseq":
+        return identifier
+    return keras.initializers.get(identifier)
+
+
+def serialize_qkv_initializer(initializer):
+    """Inverse of `get_qkv_initializer`, for `get_config`."""
+    if initializer is None or initializer == "fairseq":
+        return initializer
+    return keras.initializers.serialize(initializer)
+
+
 def _logit_scale_value(logit_scale, key_dim):
     if logit_scale == "sqrt":
         return 1.0 / math.sqrt(key_dim)
@@ -135,6 +149,7 @@ class MultiHeadAttention(keras.layers.Layer):
         logit_scale: `"sqrt"` (default), `"linear"` or a float.
         flash_attention: passed to `keras.ops.dot_product_attention`;
             None (default) lets the backend decide.
+        seed: int, seed of the attention dropout. Defaults to None.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -166,7 +181,7 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> import numpy as np
     >>> mha = MultiHeadAttention(num_heads=2, key_dim=8)
     >>> x = np.random.rand(1, 5, 16).astype("float32")
-    >>> mha(x, x, use_causal_mask=True).shape
+    >>> tuple(mha(x, x, use_causal_mask=True).shape)
     (1, 5, 16)
     """
 
@@ -187,6 +202,7 @@ class MultiHeadAttention(keras.layers.Layer):
         qkv_initializer=None,
         logit_scale="sqrt",
         flash_attention=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -226,15 +242,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_initializer = keras.initializers.get(output_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.fused_qkv = fused_qkv
-        self.qkv_initializer = (
-            qkv_initializer
-            if qkv_initializer in (None, "fairseq")
-            else keras.initializers.get(qkv_initializer)
-        )
+        self.qkv_initializer = get_qkv_initializer(qkv_initializer)
         self.logit_scale = logit_scale
         self.flash_attention = flash_attention
+        self.seed = seed
         self._dropout = keras.layers.Dropout(
-            self.attention_dropout, dtype=self.dtype_policy
+            self.attention_dropout, seed=seed, dtype=self.dtype_policy
         )
 
     @property
@@ -462,13 +475,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 "output_initializer": serialize(self.output_initializer),
                 "bias_initializer": serialize(self.bias_initializer),
                 "fused_qkv": self.fused_qkv,
-                "qkv_initializer": (
-                    self.qkv_initializer
-                    if self.qkv_initializer in (None, "fairseq")
-                    else serialize(self.qkv_initializer)
-                ),
+                "qkv_initializer": serialize_qkv_initializer(self.qkv_initializer),
                 "logit_scale": self.logit_scale,
                 "flash_attention": self.flash_attention,
+                "seed": self.seed,
             }
         )
         return config

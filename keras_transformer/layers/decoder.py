@@ -56,7 +56,7 @@ class DecoderLayer(ResidualBlock):
     >>> layer = DecoderLayer(d_model=16, num_heads=2, ff_dim=32)
     >>> target = np.random.rand(2, 4, 16).astype("float32")
     >>> source = np.random.rand(2, 6, 16).astype("float32")
-    >>> layer(target, source).shape
+    >>> tuple(layer(target, source).shape)
     (2, 4, 16)
     """
 

@@ -57,7 +57,7 @@ class EncoderLayer(ResidualBlock):
     >>> layer = EncoderLayer(d_model=16, num_heads=2, ff_dim=32)
     >>> x = np.random.rand(2, 5, 16).astype("float32")
     >>> mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-    >>> layer(x, mask=mask).shape
+    >>> tuple(layer(x, mask=mask).shape)
     (2, 5, 16)
     """
 

@@ -26,7 +26,7 @@ class FeedForward(keras.layers.Layer):
 
     >>> import numpy as np
     >>> ff = FeedForward(ff_dim=64)
-    >>> ff(np.zeros((2, 3, 16), "float32")).shape
+    >>> tuple(ff(np.zeros((2, 3, 16), "float32")).shape)
     (2, 3, 16)
     """
 

@@ -95,9 +95,9 @@ class PositionalEmbedding(keras.layers.Layer):
     >>> embed = PositionalEmbedding(vocabulary_size=100, d_model=16,
     ...                             max_length=32, mask_zero=True)
     >>> tokens = np.array([[5, 7, 9, 0]])
-    >>> embed(tokens).shape
+    >>> tuple(embed(tokens).shape)
     (1, 4, 16)
-    >>> embed.project_to_vocabulary(embed(tokens)).shape
+    >>> tuple(embed.project_to_vocabulary(embed(tokens)).shape)
     (1, 4, 100)
     """
 

@@ -3,6 +3,8 @@
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import get_qkv_initializer
+from keras_transformer.layers.attention import serialize_qkv_initializer
 from keras_transformer.layers.feed_forward import FeedForward
 
 _INITIALIZER_OPTIONS = (
@@ -78,11 +80,7 @@ class ResidualBlock(keras.layers.Layer):
         for name in _INITIALIZER_OPTIONS:
             setattr(self, name, keras.initializers.get(locals()[name]))
         self.fused_qkv = fused_qkv
-        self.qkv_initializer = (
-            qkv_initializer
-            if qkv_initializer in (None, "fairseq")
-            else keras.initializers.get(qkv_initializer)
-        )
+        self.qkv_initializer = get_qkv_initializer(qkv_initializer)
         self.logit_scale = logit_scale
 
     @property
@@ -163,11 +161,7 @@ class ResidualBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_bias": self.use_bias,
                 "fused_qkv": self.fused_qkv,
-                "qkv_initializer": (
-                    self.qkv_initializer
-                    if self.qkv_initializer in (None, "fairseq")
-                    else keras.initializers.serialize(self.qkv_initializer)
-                ),
+                "qkv_initializer": serialize_qkv_initializer(self.qkv_initializer),
                 "logit_scale": self.logit_scale,
             }
         )
