@@ -348,10 +348,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _project_qkv(self, query, key, value, project_kv):
         if self.fused_qkv and project_kv and query is key and key is value:
-            # Self-attention: one matmul for all three projections.
-            qkv = self._project(query, self.qkv_kernel, self.qkv_bias, 3 * self.key_dim)
-            q, k, v = ops.split(qkv, 3, axis=-1)
-            return q, k, v
+            # Self-attention: one matmul for all three projections. The
+            # kernel is laid out [Q | K | V], so split before the head reshape.
+            qkv = ops.matmul(query, self.qkv_kernel)
+            if self.qkv_bias is not None:
+                qkv = qkv + self.qkv_bias
+            heads_shape = tuple(ops.shape(query)[:-1]) + (self.num_heads, self.key_dim)
+            return tuple(ops.reshape(part, heads_shape) for part in ops.split(qkv, 3, axis=-1))
         (qk, qb), (kk, kb), (vk, vb) = self._qkv_parts()
         q = self._project(query, qk, qb, self.key_dim)
         if not project_kv:
