@@ -402,7 +402,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 query_length,
                 key_length,
                 query_mask=query_mask,
-                key_mask=None if read_only_cache and key_mask is None else key_mask,
+                key_mask=key_mask,
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
                 cache_index=cache_index,

@@ -1,0 +1,144 @@
+"""Training pieces: the paper's learning-rate schedule, masked loss and accuracy.
+
+All are backend-agnostic (`keras.ops` only) and serializable, so a model
+compiled with them saves and reloads as `.keras`.
+"""
+
+import keras
+from keras import ops
+
+_PACKAGE = "keras_transformer"
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warm-up then inverse square root decay (section 5.3 of the paper).
+
+    `lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`,
+    with `step` counted from 1: linear growth for `warmup_steps` steps, then
+    decay as 1/sqrt(step).
+
+    Args:
+        d_model: int, the model width.
+        warmup_steps: int, steps of linear warm-up. Defaults to 4000.
+        scale: float, multiplies the whole schedule. Defaults to 1.0.
+
+    Example:
+
+    >>> schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    >>> round(float(schedule(3999)), 6)  # peak, at step 4000
+    0.000699
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        if d_model < 1 or warmup_steps < 1:
+            raise ValueError(
+                "TransformerSchedule needs d_model >= 1 and warmup_steps >= 1, got "
+                f"d_model={d_model}, warmup_steps={warmup_steps}."
+            )
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        # Optimizer iterations start at 0; the paper's step starts at 1.
+        step = ops.cast(step, "float32") + 1.0
+        decay = ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
+        return self.scale * self.d_model**-0.5 * decay
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def _token_mask(y_true, padding_id):
+    return ops.cast(ops.not_equal(y_true, padding_id), "float32")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MaskedSparseCrossentropy(keras.losses.Loss):
+    """Token-level cross-entropy from logits that ignores padding labels.
+
+    The mean is over real (non-padding) target tokens of the batch, so a
+    batch's loss does not depend on how much padding it carries. Label
+    smoothing mixes the one-hot target with the uniform distribution over
+    the vocabulary (section 5.4 of the paper uses 0.1), computed without
+    materializing one-hot labels.
+
+    Args:
+        label_smoothing: float in [0, 1). Defaults to 0.
+        padding_id: int, label id to ignore. Defaults to 0.
+        name: str. Defaults to "masked_sparse_crossentropy".
+
+    Example:
+
+    >>> import numpy as np
+    >>> loss = MaskedSparseCrossentropy()
+    >>> labels = np.array([[1, 2, 0]])
+    >>> logits = np.zeros((1, 3, 4), "float32")
+    >>> round(float(loss(labels, logits)), 4)  # log(4), padding ignored
+    1.3863
+    """
+
+    def __init__(self, label_smoothing=0.0, padding_id=0, name="masked_sparse_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got label_smoothing={label_smoothing!r}.")
+        self.label_smoothing = float(label_smoothing)
+        self.padding_id = int(padding_id)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+        target = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
+        if self.label_smoothing:
+            uniform = -ops.mean(log_probs, axis=-1)
+            target = (1.0 - self.label_smoothing) * target + self.label_smoothing * uniform
+        mask = _token_mask(y_true, self.padding_id)
+        return ops.sum(target * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"label_smoothing": self.label_smoothing, "padding_id": self.padding_id})
+        return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of real (non-padding) target tokens whose argmax is correct.
+
+    Args:
+        padding_id: int, label id to ignore. Defaults to 0.
+        name: str. Defaults to "masked_accuracy".
+
+    Example:
+
+    >>> import numpy as np
+    >>> metric = MaskedAccuracy()
+    >>> logits = np.eye(3, dtype="float32")[None]  # predicts 0, 1, 2
+    >>> metric.update_state(np.array([[1, 1, 0]]), logits)
+    >>> float(metric.result())  # 2 real tokens, position 1 right
+    0.5
+    """
+
+    def __init__(self, padding_id=0, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.padding_id = int(padding_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        mask = _token_mask(y_true, self.padding_id)
+        hits = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1), y_true), "float32") * mask
+        self.correct.assign_add(ops.sum(hits))
+        self.total.assign_add(ops.sum(mask))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "padding_id": self.padding_id}
