@@ -1,0 +1,316 @@
+"""Translation pairs -> token ids -> `tf.data` batches for `model.fit`.
+
+The corpus is tokenized once, eagerly and in large batches, into ragged
+int32 tensors; datasets are then built from those tensors, so every epoch
+only slices, pads and batches integers. Batches are sized by tokens, not
+sentences (section 5.1 of the paper batches about 25k source and 25k target
+tokens), and bucketing by length keeps the padding low.
+
+A TensorFlow edge of the package. The datasets feed `model.fit` under every
+Keras backend (Keras reads `tf.data` on JAX and torch too).
+"""
+
+import dataclasses
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import END_ID
+from keras_transformer.data.tokenizer import PAD_ID
+from keras_transformer.data.tokenizer import START_ID
+
+# Padded lengths are multiples of this (and max_length): few distinct batch
+# shapes, so JAX compiles a handful of programs, not one per length.
+BUCKET_WIDTH = 8
+_TOKENIZE_CHUNK = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedPairs:
+    """A tokenized parallel corpus, truncated to `max_length`.
+
+    Attributes:
+        sources: `tf.RaggedTensor`, int32 `(num_pairs, None)`, source ids,
+            at most `max_length` each.
+        targets: `tf.RaggedTensor`, int32 `(num_pairs, None)`, target ids
+            without `START_ID`/`END_ID`, at most `max_length - 1` each so
+            that `[START] + target` and `target + [END]` fit.
+        max_length: int, the longest sequence a batch will hold.
+        num_truncated: int, pairs whose source had more than `max_length`
+            tokens or whose target had more than `max_length - 1`.
+    """
+
+    sources: tf.RaggedTensor
+    targets: tf.RaggedTensor
+    max_length: int
+    num_truncated: int
+
+    def __len__(self):
+        return int(self.sources.nrows())
+
+    def lengths(self):
+        """Per-pair length, `max(source length, target length + 1)`, as NumPy."""
+        return np.maximum(
+            self.sources.row_lengths().numpy(), self.targets.row_lengths().numpy() + 1
+        )
+
+
+def tokenize_pairs(pairs, tokenizer, max_length):
+    """Tokenizes translation pairs once, truncating them to `max_length`.
+
+    Sources and targets are tokenized in large batches (one SentencePiece
+    call per 8192 texts), not one sentence at a time.
+
+    Args:
+        pairs: list of `TranslationPair` (only `.source` and `.target` are
+            read).
+        tokenizer: a KerasHub tokenizer, e.g. from
+            `keras_transformer.data.tokenizer.load_tokenizer`.
+        max_length: int >= 2, the longest encoder or decoder sequence.
+
+    Returns:
+        A `TokenizedPairs`.
+
+    Example:
+
+    >>> from keras_transformer.data.corpus import TranslationPair
+    >>> from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
+    >>> texts = ["En el principio creó Dios los cielos y la tierra.",
+    ...          "In the beginning, God created the heavens and the earth."]
+    >>> tokenizer = load_tokenizer(train_tokenizer(texts, vocabulary_size=32))
+    >>> pairs = [TranslationPair("Gen.1.1", "Gen", "train", texts[0], texts[1],
+    ...                          (texts[1],))]
+    >>> tokenized = tokenize_pairs(pairs, tokenizer, max_length=8)
+    >>> tokenized.sources.row_lengths().numpy().tolist()
+    [8]
+    >>> tokenized.targets.row_lengths().numpy().tolist()
+    [7]
+    >>> tokenized.num_truncated
+    1
+    """
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(
+            f"`max_length` must be an int >= 2 (a target needs room for START or "
+            f"END); received max_length={max_length!r}"
+        )
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("`pairs` is empty; pass at least one TranslationPair.")
+    sources = _tokenize([pair.source for pair in pairs], tokenizer)
+    targets = _tokenize([pair.target for pair in pairs], tokenizer)
+    truncated = (sources.row_lengths() > max_length) | (
+        targets.row_lengths() + 1 > max_length
+    )
+    return TokenizedPairs(
+        sources=sources[:, :max_length],
+        targets=targets[:, : max_length - 1],
+        max_length=max_length,
+        num_truncated=int(tf.reduce_sum(tf.cast(truncated, "int32"))),
+    )
+
+
+def _tokenize(texts, tokenizer):
+    chunks = []
+    for start in range(0, len(texts), _TOKENIZE_CHUNK):
+        ids = tokenizer.tokenize(texts[start : start + _TOKENIZE_CHUNK])
+        if not isinstance(ids, tf.RaggedTensor):
+            # Eager KerasHub tokenizers return Python lists; flatten them in C.
+            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            values = np.fromiter(
+                itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
+            )
+            ids = tf.RaggedTensor.from_row_lengths(values, lengths)
+        chunks.append(tf.cast(ids, "int32"))
+    return tf.concat(chunks, axis=0)
+
+
+def padded_lengths(max_length):
+    """The sequence lengths batches are padded to: multiples of 8, then `max_length`.
+
+    Args:
+        max_length: int, the longest sequence.
+
+    Returns:
+        A sorted list of ints ending with `max_length`.
+
+    Example:
+
+    >>> padded_lengths(30)
+    [8, 16, 24, 30]
+    """
+    return list(range(BUCKET_WIDTH, max_length, BUCKET_WIDTH)) + [max_length]
+
+
+def translation_dataset(
+    tokenized, *, batch_tokens=4096, bucket=True, shuffle=True, seed=0, repeat=False
+):
+    """Teacher-forcing batches of about `batch_tokens` tokens each.
+
+    Each pair becomes `encoder_tokens = source`, `decoder_tokens = [START] +
+    target` and `labels = target + [END]`, padded with `PAD_ID` (0). A pair's
+    length is `max(len(source), len(target) + 1)`, and every batch is padded
+    to one length `L` from `padded_lengths(max_length)` (multiples of 8) for
+    all three tensors.
+
+    With `bucket=True`, pairs are grouped by that length
+    (`tf.data.Dataset.bucket_by_sequence_length`, one bucket per padded
+    length) and a bucket of length `L` makes batches of `batch_tokens // L`
+    pairs, so every batch holds at most `batch_tokens` tokens per tensor.
+    With `bucket=False`, shuffled pairs are batched as they come, with a
+    fixed batch size equal to the mean batch size bucketing gives on these
+    pairs (so both make the same number of steps per epoch), and padded to
+    the batch's longest pair rounded up to a multiple of 8; a batch can then
+    exceed `batch_tokens`. Either way the batch shapes are few (at most two
+    batch sizes per padded length), which keeps JAX from recompiling the
+    training step for every batch.
+
+    Args:
+        tokenized: `TokenizedPairs` from `tokenize_pairs`.
+        batch_tokens: int, tokens per batch and tensor (batch size times
+            padded length), at least `tokenized.max_length`. Defaults to 4096.
+        bucket: bool, batch pairs of similar length together. Defaults to
+            True.
+        shuffle: bool, shuffle the pairs (all of them, reshuffled every
+            epoch). Defaults to True.
+        seed: int, shuffle seed; the same seed gives the same batches.
+            Defaults to 0.
+        repeat: bool, repeat forever (then pass `steps_per_epoch` to
+            `model.fit`). Defaults to False.
+
+    Returns:
+        A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
+        "decoder_tokens": int32 (B, L)}, labels int32 (B, L))`.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> tokenized = TokenizedPairs(
+    ...     sources=tf.ragged.constant([[5, 6, 7], [8, 9]]),
+    ...     targets=tf.ragged.constant([[10, 11], [12]]),
+    ...     max_length=16, num_truncated=0)
+    >>> dataset = translation_dataset(tokenized, batch_tokens=16, shuffle=False)
+    >>> inputs, labels = next(iter(dataset))
+    >>> inputs["encoder_tokens"].numpy().tolist()
+    [[5, 6, 7, 0, 0, 0, 0, 0], [8, 9, 0, 0, 0, 0, 0, 0]]
+    >>> inputs["decoder_tokens"].numpy().tolist()
+    [[2, 10, 11, 0, 0, 0, 0, 0], [2, 12, 0, 0, 0, 0, 0, 0]]
+    >>> labels.numpy().tolist()
+    [[10, 11, 3, 0, 0, 0, 0, 0], [12, 3, 0, 0, 0, 0, 0, 0]]
+    """
+    if not isinstance(tokenized, TokenizedPairs):
+        raise ValueError(
+            f"`tokenized` must be the TokenizedPairs returned by tokenize_pairs; "
+            f"received type(tokenized)={type(tokenized).__name__}"
+        )
+    max_length = tokenized.max_length
+    if not isinstance(batch_tokens, int) or batch_tokens < max_length:
+        raise ValueError(
+            f"`batch_tokens` must be an int >= max_length={max_length} so that a "
+            f"batch holds the longest pair; received batch_tokens={batch_tokens!r}"
+        )
+    lengths = padded_lengths(max_length)
+    batch_sizes = [batch_tokens // length for length in lengths]
+
+    dataset = tf.data.Dataset.from_tensor_slices((tokenized.sources, tokenized.targets))
+    if shuffle:
+        dataset = dataset.shuffle(len(tokenized), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.map(_teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
+    if bucket:
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=lambda source, decoder, labels: tf.maximum(
+                tf.shape(source)[0], tf.shape(decoder)[0]
+            ),
+            # Bucket i holds lengths in (lengths[i-1], lengths[i]], padded to lengths[i].
+            bucket_boundaries=[length + 1 for length in lengths],
+            bucket_batch_sizes=batch_sizes + [1],
+            pad_to_bucket_boundary=True,
+        )
+    else:
+        bucket_ids = np.searchsorted(lengths, tokenized.lengths())
+        counts = np.bincount(bucket_ids, minlength=len(lengths))
+        num_batches = int(np.sum(-(-counts // np.array(batch_sizes))))
+        batch_size = max(1, round(len(tokenized) / num_batches))
+        dataset = dataset.padded_batch(batch_size).map(
+            lambda *batch: _pad_to_multiple(batch, max_length),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    dataset = dataset.map(
+        lambda source, decoder, labels: (
+            {"encoder_tokens": source, "decoder_tokens": decoder},
+            labels,
+        )
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _teacher_forcing(source, target):
+    start = tf.constant([START_ID], dtype=target.dtype)
+    end = tf.constant([END_ID], dtype=target.dtype)
+    return source, tf.concat([start, target], 0), tf.concat([target, end], 0)
+
+
+def _pad_to_multiple(batch, max_length):
+    longest = tf.reduce_max([tf.shape(x)[1] for x in batch])
+    length = tf.minimum(-(-longest // BUCKET_WIDTH) * BUCKET_WIDTH, max_length)
+    return tuple(
+        tf.pad(x, [[0, 0], [0, length - tf.shape(x)[1]]], constant_values=PAD_ID)
+        for x in batch
+    )
+
+
+def padding_fraction(dataset, num_batches=None):
+    """Fraction of padding in `encoder_tokens` and `decoder_tokens`.
+
+    Counts the `PAD_ID` (0) entries of both inputs over the batches: the
+    share of the model's work spent on padding.
+
+    Args:
+        dataset: a dataset from `translation_dataset`.
+        num_batches: int, look at the first `num_batches` batches only.
+            Defaults to all of them (one epoch), which needs a dataset made
+            with `repeat=False`.
+
+    Returns:
+        A float in [0, 1).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> tokenized = TokenizedPairs(
+    ...     sources=tf.ragged.constant([[5, 6, 7], [8, 9]]),
+    ...     targets=tf.ragged.constant([[10, 11], [12]]),
+    ...     max_length=8, num_truncated=0)
+    >>> dataset = translation_dataset(tokenized, batch_tokens=16)
+    >>> padding_fraction(dataset)  # 10 real tokens in two (2, 8) inputs.
+    0.6875
+    """
+    if num_batches is None:
+        if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+            raise ValueError(
+                "`dataset` repeats forever; pass num_batches=... or build it with "
+                "repeat=False."
+            )
+    else:
+        dataset = dataset.take(num_batches)
+    padding = total = 0
+    for inputs, _ in dataset:
+        for name in ("encoder_tokens", "decoder_tokens"):
+            tokens = inputs[name]
+            padding += int(tf.reduce_sum(tf.cast(tokens == PAD_ID, "int64")))
+            total += int(tf.size(tokens))
+    if total == 0:
+        raise ValueError("`dataset` yielded no tokens; nothing to measure.")
+    return padding / total
+
+
+__all__ = [
+    "BUCKET_WIDTH",
+    "TokenizedPairs",
+    "padded_lengths",
+    "padding_fraction",
+    "tokenize_pairs",
+    "translation_dataset",
+]
