@@ -1,0 +1,108 @@
+"""`keras-transformer`: the command line.
+
+    keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
+
+Errors in the user's input print one line and exit with status 2; anything
+else is a bug and keeps its traceback.
+"""
+
+import argparse
+import json
+import sys
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _add_train_arguments(parser):
+    from keras_transformer.trainer import PRESETS
+
+    parser.add_argument("--output", default="runs/es-en", help="folder for model, vocabulary, config, logs (default: %(default)s)")
+    parser.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded Bible corpus)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: base on a GPU, tiny on a CPU)")
+    for name in ("num-layers", "d-model", "num-heads", "ff-dim"):
+        parser.add_argument(f"--{name}", type=_positive_int, help="overrides the preset")
+    parser.add_argument("--dropout", type=_fraction, default=0.1)
+    parser.add_argument("--max-length", type=_positive_int, default=128, help="tokens per sequence (default: %(default)s)")
+    parser.add_argument("--vocabulary-size", type=_positive_int, default=8000)
+    parser.add_argument("--batch-tokens", type=_positive_int, default=4096, help="tokens per batch (default: %(default)s)")
+    parser.add_argument("--epochs", type=_positive_int, help="virtual epochs (default depends on the preset)")
+    parser.add_argument("--steps-per-epoch", type=_positive_int, help="steps per virtual epoch; a backup is kept after each")
+    parser.add_argument("--warmup-steps", type=_positive_int)
+    parser.add_argument("--label-smoothing", type=_fraction, default=0.1)
+    parser.add_argument("--mixed-precision", choices=("float16", "bfloat16"))
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="XLA-compile the train step (default: Keras decides)")
+    parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
+                        help="batch sequences of similar length (default: on)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
+
+
+def _train(args):
+    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.trainer import train_translator
+
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "overwrite", "handler")}
+    options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
+    summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
+    print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    print(
+        f"train loss {summary['train_loss']:.3f} | dev loss {summary['dev_loss']:.3f} | "
+        f"dev token accuracy {summary['dev_token_accuracy']:.1%} | "
+        f"{summary['tokens_per_second']:,.0f} tokens/s | {summary['wall_seconds'] / 60:.1f} min | "
+        f"saved in {args.output}"
+    )
+
+
+def build_parser():
+    """The argument parser of `keras-transformer`.
+
+    Example:
+
+    >>> args = build_parser().parse_args(["train", "--preset", "tiny"])
+    >>> args.command, args.preset
+    ('train', 'tiny')
+    """
+    parser = argparse.ArgumentParser(prog="keras-transformer", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train a Spanish -> English translator on the embedded corpus")
+    _add_train_arguments(train)
+    train.set_defaults(handler=_train)
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the `keras-transformer` console script."""
+    from keras_transformer.trainer import TrainingError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.handler(args)
+    except TrainingError as error:
+        parser.exit(2, f"keras-transformer: error: {error}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "keras-transformer: interrupted; run the same command again to resume.\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
