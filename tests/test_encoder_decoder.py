@@ -124,3 +124,19 @@ def test_decoder_layer_contract(target, source, tmp_path):
         lambda: DecoderLayer(D_MODEL, HEADS, FF_DIM, fused_qkv=True),
         make_model, [target, source], tmp_path,
     )
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True], ids=["separate", "fused"])
+def test_cached_decode_steps_equal_the_full_causal_decoder(target, source, fused_qkv):
+    layer = DecoderLayer(D_MODEL, HEADS, FF_DIM, fused_qkv=fused_qkv, norm_first=fused_qkv)
+    source_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    full = to_numpy(layer(target, source, encoder_mask=source_mask))
+    cross_cache = layer.cross_attention_cache(source)
+    cache = np.zeros((2, 2, target.shape[1], HEADS, D_MODEL // HEADS), "float32")
+    steps = []
+    for i in range(target.shape[1]):
+        step, cache = layer.decode_step(
+            target[:, i : i + 1], cache, i, cross_attention_cache=cross_cache, encoder_mask=source_mask
+        )
+        steps.append(to_numpy(step))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-4, atol=1e-5)

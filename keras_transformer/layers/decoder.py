@@ -1,6 +1,7 @@
 """One Transformer decoder layer (section 3.1 of the paper)."""
 
 import keras
+from keras import ops
 
 from keras_transformer.layers.residual_block import ResidualBlock
 
@@ -116,3 +117,78 @@ class DecoderLayer(ResidualBlock):
         if self.cross_attention is not None:
             x = self._residual(x, attend_to_source, self.cross_attention_norm, training)
         return self._residual(x, self.feed_forward, self.feed_forward_norm, training)
+
+    def cross_attention_cache(self, encoder_outputs):
+        """Keys and values of `encoder_outputs`, computed once per source.
+
+        Args:
+            encoder_outputs: `(batch, source_length, d_model)`.
+
+        Returns:
+            `(batch, 2, source_length, num_heads, d_model // num_heads)`.
+        """
+        return self.cross_attention.key_value_cache(encoder_outputs)
+
+    def decode_step(self, inputs, cache, cache_index, cross_attention_cache=None, encoder_mask=None):
+        """Runs new positions against a key/value cache of the earlier ones.
+
+        Each call attends to the cached keys and values, writes the new ones
+        at `cache_index` and returns the updated cache, so no earlier
+        position is recomputed. The cache has a fixed shape, so a compiled
+        decoding loop never changes shape. Equal, to float tolerance, to
+        `call` on the whole prefix.
+
+        Args:
+            inputs: `(batch, new_length, d_model)`, usually one position.
+            cache: `(batch, 2, max_length, num_heads, d_model // num_heads)`,
+                the self-attention keys and values (zeros at first).
+            cache_index: int or scalar int tensor, position of `inputs[:, 0]`.
+            cross_attention_cache: from `cross_attention_cache`, for a layer
+                with cross-attention.
+            encoder_mask: bool `(batch, source_length)`, True for real
+                source tokens.
+
+        Returns:
+            `(outputs, cache)`: outputs of the new positions, updated cache.
+
+        Example:
+
+        >>> import numpy as np
+        >>> layer = DecoderLayer(d_model=8, num_heads=2, ff_dim=16)
+        >>> x = np.random.rand(1, 3, 8).astype("float32")
+        >>> full = layer(x)
+        >>> cache = np.zeros((1, 2, 3, 2, 4), "float32")
+        >>> for i in range(3):
+        ...     step, cache = layer.decode_step(x[:, i:i + 1], cache, i)
+        >>> to_numpy = keras.ops.convert_to_numpy
+        >>> bool(np.allclose(to_numpy(step)[:, 0], to_numpy(full)[:, 2], atol=1e-5))
+        True
+        """
+        if (cross_attention_cache is None) != (self.cross_attention is None):
+            raise ValueError(
+                "decode_step needs cross_attention_cache exactly when the layer has "
+                "cross-attention (it was built with encoder_outputs)."
+            )
+        # Not a Keras __call__: inputs are not converted for us.
+        inputs = ops.convert_to_tensor(inputs, dtype=self.compute_dtype)
+        updated = {}
+
+        def attend_to_self(x):
+            outputs, updated["cache"] = self.self_attention(
+                x, x, use_causal_mask=True, cache=cache, cache_index=cache_index
+            )
+            return outputs
+
+        def attend_to_source(x):
+            # The cache holds the projected source; `x` only fills the
+            # `value` argument, which a read-only cache does not use.
+            outputs, _ = self.cross_attention(
+                x, x, value_mask=encoder_mask, cache=cross_attention_cache
+            )
+            return outputs
+
+        x = self._residual(inputs, attend_to_self, self.self_attention_norm, False)
+        if self.cross_attention is not None:
+            x = self._residual(x, attend_to_source, self.cross_attention_norm, False)
+        x = self._residual(x, self.feed_forward, self.feed_forward_norm, False)
+        return x, updated["cache"]
