@@ -20,10 +20,10 @@ import unicodedata
 import keras_hub
 import sentencepiece
 
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import START_ID
+from keras_transformer.data.special_tokens import UNK_ID
 
 _SPECIAL_IDS = {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": START_ID, "eos_id": END_ID}
 

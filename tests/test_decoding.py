@@ -1,0 +1,70 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import START_ID
+from keras_transformer.decoding import CachedDecoder
+from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import greedy_search
+from keras_transformer.decoding import greedy_search_uncached
+
+SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16]], "int32")
+
+
+@pytest.fixture(scope="module", params=["post_ln_untied", "pre_ln_tied_fused"])
+def model(request):
+    keras.utils.set_random_seed(7)
+    options = dict(num_layers=2, d_model=32, num_heads=4, ff_dim=64, max_length=24, dropout=0.0)
+    if request.param == "pre_ln_tied_fused":
+        options.update(norm_first=True, tie_embeddings=True, fused_qkv=True)
+    return kt.models.transformer(40, 40, **options)
+
+
+def test_cached_greedy_equals_uncached_greedy_token_for_token(model):
+    cached = greedy_search(CachedDecoder(model), SOURCE, max_new_tokens=8, stop_at_end=False)
+    uncached = greedy_search_uncached(model, SOURCE, max_new_tokens=8, stop_at_end=False)
+    assert cached.shape == (3, 8)
+    np.testing.assert_array_equal(cached, uncached)
+
+
+def test_beam_width_one_equals_greedy(model):
+    decoder = CachedDecoder(model)
+    np.testing.assert_array_equal(
+        beam_search(decoder, SOURCE, beam_width=1, max_new_tokens=10),
+        greedy_search(decoder, SOURCE, max_new_tokens=10),
+    )
+
+
+def test_a_batch_decodes_like_its_rows_alone(model):
+    decoder = CachedDecoder(model)
+    together = beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=8)
+    for row in range(len(SOURCE)):
+        alone = beam_search(decoder, SOURCE[row : row + 1], beam_width=3, max_new_tokens=8)[0]
+        np.testing.assert_array_equal(together[row, : len(alone)], alone)
+
+
+def test_sequences_stop_at_end_and_are_padded_after_it():
+    model = kt.models.transformer(40, 40, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=12)
+    bias = model.get_layer("output_projection").bias
+    # END becomes likely but not certain: some rows stop early, some later.
+    bias.assign(keras.ops.convert_to_numpy(bias) + np.eye(40, dtype="float32")[END_ID] * 2.0)
+    decoder = CachedDecoder(model)
+    for tokens in (greedy_search(decoder, SOURCE, max_new_tokens=8),
+                   beam_search(decoder, SOURCE, beam_width=2, max_new_tokens=8)):
+        assert not np.isin(tokens, [START_ID]).any()
+        assert any(END_ID in row for row in tokens), "the test needs some finished rows"
+        for row in tokens:
+            ends = np.flatnonzero(row == END_ID)
+            assert len(ends) <= 1
+            if len(ends):
+                assert np.all(row[ends[0] + 1 :] == PAD_ID)
+            else:
+                assert np.all(row != PAD_ID)
+
+
+def test_max_new_tokens_beyond_the_cache_raises(model):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        greedy_search(CachedDecoder(model), SOURCE, max_new_tokens=24)
