@@ -287,6 +287,8 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         A dict with train/dev loss, dev token accuracy, tokens per second,
         wall time and the step count, also written to `summary.json`.
     """
+    import tensorflow as tf
+
     from keras_transformer.data import corpus
     from keras_transformer.data import pipeline
     from keras_transformer.data import tokenizer as tokenizer_lib
@@ -320,6 +322,10 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
     train_data = pipeline.translation_dataset(train_tokens, repeat=True, **batching)
     train_data = train_data.skip(epochs_done * config.steps_per_epoch)
     dev_data = pipeline.translation_dataset(dev_tokens, shuffle=False, **batching)
+    # A known length keeps Keras from warning "ran out of data" after each
+    # validation pass over a bucketed dataset.
+    dev_batches = _token_statistics(dev_data)[0]
+    dev_data = dev_data.apply(tf.data.experimental.assert_cardinality(dev_batches))
 
     model = build_translator(config)
     log(
@@ -343,6 +349,7 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         steps_per_epoch=config.steps_per_epoch,
         validation_data=dev_data,
         callbacks=callbacks,
+        shuffle=False,  # tf.data already shuffles
         verbose=verbose,
     )
     fit_seconds = time.time() - fit_start

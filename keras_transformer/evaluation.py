@@ -1,0 +1,45 @@
+"""BLEU and chrF with sacrebleu, multi-reference where the corpus has two."""
+
+import sacrebleu
+
+
+def score_translations(hypotheses, references):
+    """Corpus BLEU and chrF of `hypotheses` against one or more references each.
+
+    A sentence with fewer references than the others repeats its first one,
+    which scores it exactly as a single-reference sentence.
+
+    Args:
+        hypotheses: list of translated strings.
+        references: list (one entry per hypothesis) of reference tuples,
+            e.g. `TranslationPair.references` (WEB, then KJV).
+
+    Returns:
+        A dict with `bleu`, `chrf` and their sacrebleu `signature`s.
+
+    Example:
+
+    >>> scores = score_translations(["the cat sat on the mat"],
+    ...                             [("the cat sat on the mat",)])
+    >>> round(scores["bleu"], 1)
+    100.0
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"Got {len(hypotheses)} hypotheses but {len(references)} reference entries."
+        )
+    if not hypotheses:
+        raise ValueError("No hypotheses to score.")
+    count = max(len(refs) for refs in references)
+    streams = [[refs[i] if i < len(refs) else refs[0] for refs in references] for i in range(count)]
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, streams)
+    chrf_score = chrf.corpus_score(hypotheses, streams)
+    return {
+        "bleu": bleu_score.score,
+        "chrf": chrf_score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "references_per_sentence": count,
+    }

@@ -1,0 +1,119 @@
+"""Strings in, strings out: tokenize, encode once, decode on the cache, detokenize."""
+
+import os
+import warnings
+
+import numpy as np
+
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.decoding import CachedDecoder
+from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import greedy_search
+
+
+class Translator:
+    """Translates a batch of strings with a trained `transformer()` model.
+
+    Defined behaviour on awkward input, so one bad string never fails a
+    batch: an empty (or whitespace-only) string translates to `""` without
+    running the model; `bytes` are decoded as UTF-8 with invalid sequences
+    replaced by U+FFFD; a source longer than the model's `max_length`
+    tokens is truncated to it, with a `UserWarning` naming how many were.
+
+    Args:
+        model: a model from `keras_transformer.models.transformer`.
+        tokenizer: the KerasHub tokenizer of its vocabulary
+            (`keras_transformer.data.tokenizer.load_tokenizer`).
+        beam_width: int, 1 for greedy search. Defaults to 1.
+        length_penalty: float, beam search's alpha. Defaults to 0.6.
+        max_new_tokens: int, longest translation in tokens. Defaults to the
+            model's `max_length - 1`.
+
+    Example:
+
+    >>> translator = Translator.from_directory("runs/es-en")  # doctest: +SKIP
+    >>> translator(["En el principio creó Dios los cielos y la tierra."])  # doctest: +SKIP
+    ['In the beginning God created the heavens and the earth.']
+    """
+
+    def __init__(self, model, tokenizer, beam_width=1, length_penalty=0.6, max_new_tokens=None):
+        if beam_width < 1:
+            raise ValueError(f"beam_width must be >= 1, got beam_width={beam_width}.")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.decoder = CachedDecoder(model)
+        self.max_length = self.decoder.max_length
+        self.beam_width = beam_width
+        self.length_penalty = length_penalty
+        self.max_new_tokens = max_new_tokens or self.max_length - 1
+
+    @classmethod
+    def from_directory(cls, directory, **kwargs):
+        """Loads `model.keras` and `vocabulary.spm` from a training output folder.
+
+        Args:
+            directory: the `--output` folder of `keras-transformer train`.
+            **kwargs: passed to `Translator`.
+        """
+        import keras
+
+        import keras_transformer  # noqa: F401  (registers the layers)
+        from keras_transformer.data.tokenizer import load_tokenizer
+
+        model_path = os.path.join(directory, "model.keras")
+        if not os.path.isfile(model_path):
+            raise FileNotFoundError(
+                f"No trained model at {model_path!r}: pass the --output folder of a "
+                "finished `keras-transformer train` run."
+            )
+        model = keras.saving.load_model(model_path)
+        return cls(model, load_tokenizer(os.path.join(directory, "vocabulary.spm")), **kwargs)
+
+    def _source_tokens(self, texts):
+        ids = self.tokenizer.tokenize(texts)
+        ids = [list(np.asarray(row).reshape(-1)) for row in ids]
+        too_long = sum(len(row) > self.max_length for row in ids)
+        if too_long:
+            warnings.warn(
+                f"{too_long} of {len(ids)} inputs are longer than max_length="
+                f"{self.max_length} tokens and were truncated.",
+                UserWarning,
+                stacklevel=3,
+            )
+        width = max(1, max(min(len(row), self.max_length) for row in ids))
+        batch = np.zeros((len(ids), width), "int32")
+        for i, row in enumerate(ids):
+            row = row[: self.max_length]
+            batch[i, : len(row)] = row
+        return batch
+
+    def _detokenize(self, generated):
+        rows = []
+        for row in generated:
+            row = list(row)
+            rows.append(row[: row.index(END_ID)] if END_ID in row else row)
+        texts = self.tokenizer.detokenize(rows) if rows else []
+        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+
+    def __call__(self, texts):
+        """Translates `texts` (a string, bytes or a list of them).
+
+        Returns:
+            A list of translations (a single string for a single input).
+        """
+        single = isinstance(texts, (str, bytes))
+        texts = [texts] if single else list(texts)
+        texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else str(t) for t in texts]
+        outputs = [""] * len(texts)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        if todo:
+            source = self._source_tokens([texts[i] for i in todo])
+            if self.beam_width == 1:
+                generated = greedy_search(self.decoder, source, self.max_new_tokens)
+            else:
+                generated = beam_search(
+                    self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens
+                )
+            for i, text in zip(todo, self._detokenize(generated)):
+                outputs[i] = text
+        return outputs[0] if single else outputs

@@ -1,0 +1,82 @@
+"""Translator and BLEU on a model trained for a few steps on the fixture."""
+
+import pathlib
+
+import pytest
+
+from keras_transformer.evaluation import score_translations
+from keras_transformer.trainer import TrainConfig
+from keras_transformer.trainer import train_translator
+from keras_transformer.translator import Translator
+
+FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
+SENTENCES = ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios: Sea la luz."]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    output = tmp_path_factory.mktemp("run")
+    config = TrainConfig(
+        output=str(output), corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2,
+        ff_dim=32, max_length=24, vocabulary_size=400, batch_tokens=240, epochs=1, steps_per_epoch=2,
+        warmup_steps=2,
+    )
+    train_translator(config, verbose=0, log=lambda message: None)
+    return output
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir):
+    return Translator.from_directory(str(run_dir), max_new_tokens=6)
+
+
+def test_strings_in_strings_out(translator):
+    outputs = translator(SENTENCES)
+    assert isinstance(outputs, list) and len(outputs) == 2
+    assert all(isinstance(text, str) for text in outputs)
+    assert translator(SENTENCES[0]) == outputs[0]
+
+
+def test_empty_strings_translate_to_empty_and_do_not_disturb_the_batch(translator):
+    outputs = translator(["", SENTENCES[0], "   ", SENTENCES[1]])
+    assert outputs[0] == "" and outputs[2] == ""
+    assert outputs[1::2] == translator(SENTENCES)
+
+
+def test_inputs_beyond_max_length_are_truncated_with_a_warning(translator):
+    long_text = " ".join([SENTENCES[0]] * 20)
+    with pytest.warns(UserWarning, match="truncated"):
+        outputs = translator([long_text, SENTENCES[1]])
+    assert isinstance(outputs[0], str) and outputs[1] == translator(SENTENCES[1])
+
+
+def test_invalid_utf8_bytes_are_replaced_not_fatal(translator):
+    outputs = translator([b"Y dijo Dios \xff\xfe luz", SENTENCES[0].encode("utf-8")])
+    assert all(isinstance(text, str) for text in outputs)
+    assert outputs[1] == translator(SENTENCES[0])
+
+
+def test_beam_width_one_translates_like_greedy(run_dir, translator):
+    beam = Translator.from_directory(str(run_dir), beam_width=1, max_new_tokens=6)
+    assert beam(SENTENCES) == translator(SENTENCES)
+    wide = Translator.from_directory(str(run_dir), beam_width=3, max_new_tokens=6)
+    assert all(isinstance(text, str) for text in wide(SENTENCES))
+
+
+def test_missing_model_folder_raises_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="keras-transformer train"):
+        Translator.from_directory(str(tmp_path))
+
+
+def test_bleu_uses_every_reference():
+    hypotheses = ["in the beginning god created the heaven and the earth"]
+    single = score_translations(hypotheses, [("In the beginning, God created the heavens and the earth.",)])
+    both = score_translations(
+        hypotheses,
+        [("In the beginning, God created the heavens and the earth.",
+          "in the beginning god created the heaven and the earth")],
+    )
+    assert both["bleu"] == pytest.approx(100.0) and single["bleu"] < 60.0
+    assert both["references_per_sentence"] == 2 and "nrefs:2" in both["bleu_signature"]
+    with pytest.raises(ValueError, match="hypotheses"):
+        score_translations(hypotheses, [])
