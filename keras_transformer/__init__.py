@@ -12,5 +12,6 @@ Example:
 from keras_transformer import initializers
 from keras_transformer import layers
 from keras_transformer import models
+from keras_transformer import training
 
 __version__ = "0.1.0"

@@ -1,6 +1,8 @@
 """`keras-transformer`: the command line.
 
     keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
+    keras-transformer translate --model DIR [--beam N] "texto" ...
+    keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
 
 Errors in the user's input print one line and exit with status 2; anything
 else is a bug and keeps its traceback.
@@ -72,6 +74,41 @@ def _train(args):
     )
 
 
+def _translator(args):
+    from keras_transformer.translator import Translator
+
+    try:
+        return Translator.from_directory(args.model, beam_width=args.beam)
+    except (FileNotFoundError, ValueError) as error:
+        from keras_transformer.trainer import TrainingError
+
+        raise TrainingError(str(error))
+
+
+def _translate(args):
+    translator = _translator(args)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    for translation in translator(texts):
+        print(translation)
+
+
+def _evaluate(args):
+    import os
+
+    from keras_transformer.data.corpus import load_bible_pairs
+    from keras_transformer.evaluation import evaluate_pairs
+
+    pairs = load_bible_pairs(args.split, path=args.corpus)[: args.limit]
+    result = evaluate_pairs(_translator(args), pairs)
+    print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}")
+    print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}")
+    print(result["bleu_signature"])
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}.json")
+    with open(path, "w") as f:
+        json.dump({**result, "split": args.split, "beam": args.beam}, f, indent=2, ensure_ascii=False)
+    print(f"written to {path}")
+
+
 def build_parser():
     """The argument parser of `keras-transformer`.
 
@@ -86,6 +123,21 @@ def build_parser():
     train = commands.add_parser("train", help="train a Spanish -> English translator on the embedded corpus")
     _add_train_arguments(train)
     train.set_defaults(handler=_train)
+
+    translate = commands.add_parser("translate", help="translate Spanish text (arguments, or stdin one per line)")
+    translate.add_argument("--model", required=True, help="the --output folder of a training run")
+    translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy (default)")
+    translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
+    translate.set_defaults(handler=_translate)
+
+    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split of the corpus")
+    evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
+    evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
+                          help="heldout: whole books never trained on (default: %(default)s)")
+    evaluate.add_argument("--beam", type=_positive_int, default=1)
+    evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences")
+    evaluate.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded one)")
+    evaluate.set_defaults(handler=_evaluate)
     return parser
 
 

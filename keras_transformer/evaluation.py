@@ -43,3 +43,28 @@ def score_translations(hypotheses, references):
         "chrf_signature": str(chrf.get_signature()),
         "references_per_sentence": count,
     }
+
+
+def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
+    """Translates `pairs` in batches and scores them against their references.
+
+    Args:
+        translator: a `keras_transformer.translator.Translator`.
+        pairs: list of `TranslationPair` (`source`, `references`).
+        batch_size: sentences per decoding batch. Defaults to 64.
+        verbose: 1 shows a progress bar, 0 is silent.
+
+    Returns:
+        A dict: the scores of `score_translations`, `sentences` and the
+        `translations` themselves.
+    """
+    import keras
+
+    progress = keras.utils.Progbar(len(pairs), unit_name="sentence", verbose=verbose)
+    translations = []
+    for start in range(0, len(pairs), batch_size):
+        batch = pairs[start : start + batch_size]
+        translations.extend(translator([pair.source for pair in batch]))
+        progress.add(len(batch))
+    scores = score_translations(translations, [pair.references for pair in pairs])
+    return {**scores, "sentences": len(pairs), "translations": translations}

@@ -30,6 +30,7 @@ PRESETS = {
 _RESUMABLE_CHANGES = ("output", "epochs", "jit_compile")
 CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
 MODEL_FILE, VOCABULARY_FILE = "model.keras", "vocabulary.spm"
+SAMPLE_SENTENCES = 200  # dev sentences translated at the end of training
 
 
 class TrainingError(Exception):
@@ -119,7 +120,7 @@ class TrainConfig:
         sizes = {key: getattr(self, key) or value for key, value in PRESETS[preset].items()}
         config = dataclasses.replace(self, preset=preset, **sizes)
         # The CPU default is sized to finish in about 15 minutes on 2 cores.
-        defaults = dict(epochs=10, steps_per_epoch=100, warmup_steps=400)
+        defaults = dict(epochs=8, steps_per_epoch=100, warmup_steps=400)
         if preset in ("base", "big"):
             defaults = dict(epochs=20, steps_per_epoch=500, warmup_steps=4000)
         for key, value in defaults.items():
@@ -240,6 +241,18 @@ def _token_statistics(dataset):
     return batches, real, 1.0 - real / max(total, 1)
 
 
+def _sample_translations(model, tokenizer, pairs, log):
+    """Greedy translations of a few dev pairs, three shown, BLEU on all."""
+    from keras_transformer.evaluation import evaluate_pairs
+    from keras_transformer.translator import Translator
+
+    result = evaluate_pairs(Translator(model, tokenizer), pairs, verbose=0)
+    for pair, translation in list(zip(pairs, result["translations"]))[:3]:
+        log(f"  {pair.source}\n  -> {translation}\n  (reference: {pair.target})")
+    log(f"dev BLEU {result['bleu']:.2f} (greedy, first {len(pairs)} dev sentences; {result['bleu_signature']})")
+    return {"dev_sample_bleu": result["bleu"], "dev_sample_sentences": len(pairs)}
+
+
 def build_translator(config):
     """The compiled Transformer a `TrainConfig` describes.
 
@@ -356,6 +369,7 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
     dev_loss, dev_accuracy = model.evaluate(dev_data, verbose=0)
     model.save(os.path.join(output, MODEL_FILE))
+    sample = _sample_translations(model, tokenizer, dev_pairs[:SAMPLE_SENTENCES], log)
     summary = {
         "train_loss": history.history["loss"][-1] if history.history.get("loss") else None,
         "dev_loss": float(dev_loss),
@@ -368,6 +382,7 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         "wall_seconds": time.time() - start,
         "parameters": model.count_params(),
         "backend": keras.backend.backend(),
+        **sample,
     }
     _write_json(os.path.join(output, SUMMARY_FILE), summary)
     return summary

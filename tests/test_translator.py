@@ -80,3 +80,16 @@ def test_bleu_uses_every_reference():
     assert both["references_per_sentence"] == 2 and "nrefs:2" in both["bleu_signature"]
     with pytest.raises(ValueError, match="hypotheses"):
         score_translations(hypotheses, [])
+
+
+def test_cli_translates_arguments_and_evaluates_a_split(run_dir, capsys):
+    import json
+
+    from keras_transformer.cli import main
+
+    main(["translate", "--model", str(run_dir), SENTENCES[0], SENTENCES[1]])
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+    main(["evaluate", "--model", str(run_dir), "--split", "heldout", "--limit", "3", "--corpus", FIXTURE])
+    assert "BLEU" in capsys.readouterr().out
+    report = json.loads((run_dir / "evaluation-heldout-beam1.json").read_text())
+    assert report["sentences"] == 3 and len(report["translations"]) == 3 and report["bleu"] >= 0.0
