@@ -29,11 +29,18 @@ class Translator:
         max_new_tokens: int, longest translation in tokens. Defaults to the
             model's `max_length - 1`.
 
-    Example:
+    Example (an untrained model: the output is a string, not yet English;
+    after `keras-transformer train`, use `Translator.from_directory("runs/es-en")`):
 
-    >>> translator = Translator.from_directory("runs/es-en")  # doctest: +SKIP
-    >>> translator(["En el principio creó Dios los cielos y la tierra."])  # doctest: +SKIP
-    ['In the beginning God created the heavens and the earth.']
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
+    >>> tokenizer = load_tokenizer(train_tokenizer(
+    ...     ["Sea la luz.", "Let there be light."], vocabulary_size=20))
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=8)
+    >>> outputs = Translator(model, tokenizer)(["Sea la luz.", ""])
+    >>> [type(text).__name__ for text in outputs], outputs[1]
+    (['str', 'str'], '')
     """
 
     def __init__(self, model, tokenizer, beam_width=1, length_penalty=0.6, max_new_tokens=None):
@@ -42,6 +49,13 @@ class Translator:
         self.model = model
         self.tokenizer = tokenizer
         self.decoder = CachedDecoder(model)
+        model_vocabulary = self.decoder.embedding.vocabulary_size
+        if model_vocabulary != tokenizer.vocabulary_size():
+            raise ValueError(
+                f"The model's target vocabulary has {model_vocabulary} tokens but the "
+                f"tokenizer has {tokenizer.vocabulary_size()}: they were not trained "
+                "together. Load the vocabulary.spm saved beside the model."
+            )
         self.max_length = self.decoder.max_length
         self.beam_width = beam_width
         self.length_penalty = length_penalty

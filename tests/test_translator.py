@@ -63,6 +63,15 @@ def test_beam_width_one_translates_like_greedy(run_dir, translator):
     assert all(isinstance(text, str) for text in wide(SENTENCES))
 
 
+def test_a_vocabulary_of_another_size_is_refused(translator):
+    from keras_transformer.data.tokenizer import load_tokenizer
+    from keras_transformer.data.tokenizer import train_tokenizer
+
+    other = load_tokenizer(train_tokenizer(["Sea la luz.", "Let there be light."], vocabulary_size=20))
+    with pytest.raises(ValueError, match="not trained together"):
+        Translator(translator.model, other)
+
+
 def test_missing_model_folder_raises_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="keras-transformer train"):
         Translator.from_directory(str(tmp_path))
