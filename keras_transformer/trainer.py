@@ -319,7 +319,10 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
     vocabulary_path = os.path.join(output, VOCABULARY_FILE)
     if epochs_done == 0 or not os.path.exists(vocabulary_path):
         texts = [p.source for p in train_pairs] + [p.target for p in train_pairs]
-        tokenizer_lib.train_tokenizer(texts, config.vocabulary_size, path=vocabulary_path)
+        try:
+            tokenizer_lib.train_tokenizer(texts, config.vocabulary_size, path=vocabulary_path)
+        except ValueError as error:  # e.g. more pieces than the corpus supports
+            raise TrainingError(f"--vocabulary-size: {error}")
     tokenizer = tokenizer_lib.load_tokenizer(vocabulary_path)
     train_tokens = pipeline.tokenize_pairs(train_pairs, tokenizer, config.max_length)
     dev_tokens = pipeline.tokenize_pairs(dev_pairs, tokenizer, config.max_length)

@@ -83,6 +83,12 @@ def test_output_folder_of_a_different_run_is_refused(tmp_path):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY))
 
 
+def test_a_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):
+    options = {**TINY, "vocabulary_size": 100000}
+    with pytest.raises(TrainingError, match="--vocabulary-size"):
+        train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **options), verbose=0)
+
+
 def test_unwritable_output_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
