@@ -57,6 +57,16 @@ def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
     Returns:
         A dict: the scores of `score_translations`, `sentences` and the
         `translations` themselves.
+
+    Example (any callable from a list of strings to a list of strings
+    serves as the translator):
+
+    >>> from keras_transformer.data.corpus import TranslationPair
+    >>> pair = TranslationPair("Gen.1.3", "Gen", "dev", "Sea la luz.",
+    ...                        "Let there be light.", ("Let there be light.",))
+    >>> result = evaluate_pairs(lambda texts: ["Let there be light."], [pair], verbose=0)
+    >>> result["sentences"], round(result["bleu"], 1)
+    (1, 100.0)
     """
     import keras
 
