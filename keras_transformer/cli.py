@@ -3,6 +3,7 @@
     keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
+    keras-transformer export --model DIR --out DIR
 
 Errors in the user's input print one line and exit with status 2; anything
 else is a bug and keeps its traceback.
@@ -109,6 +110,32 @@ def _evaluate(args):
     print(f"written to {path}")
 
 
+def _export(args):
+    import os
+    import subprocess
+
+    import keras
+
+    from keras_transformer.trainer import TrainingError
+
+    if not os.path.isfile(os.path.join(args.model, "model.keras")):
+        raise TrainingError(f"--model {args.model!r} holds no model.keras: pass the --output folder of a training run.")
+    if keras.backend.backend() != "tensorflow":
+        # Export goes through TensorFlow whatever backend trained the model.
+        command = [sys.executable, "-m", "keras_transformer.cli", "export", "--model", args.model, "--out", args.out]
+        if args.max_new_tokens:
+            command += ["--max-new-tokens", str(args.max_new_tokens)]
+        result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+        if result.returncode:
+            raise TrainingError(f"export under the TensorFlow backend failed (exit code {result.returncode}).")
+        return
+    from keras_transformer.export import export_translator
+
+    export_translator(args.model, args.out, args.max_new_tokens)
+    print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
+          f"raw logits model in {os.path.join(args.out, 'logits')})")
+
+
 def build_parser():
     """The argument parser of `keras-transformer`.
 
@@ -138,6 +165,12 @@ def build_parser():
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences")
     evaluate.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded one)")
     evaluate.set_defaults(handler=_evaluate)
+
+    export = commands.add_parser("export", help="write a TensorFlow SavedModel that maps strings to translations")
+    export.add_argument("--model", required=True, help="the --output folder of a training run")
+    export.add_argument("--out", required=True, help="folder for the SavedModel")
+    export.add_argument("--max-new-tokens", type=_positive_int, help="longest translation (default: max_length - 1)")
+    export.set_defaults(handler=_export)
     return parser
 
 

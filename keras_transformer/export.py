@@ -1,0 +1,139 @@
+"""SavedModel export: a serving signature from strings to translated strings.
+
+The tokenizer (tensorflow-text's SentencePiece op), the encoder, the cached
+greedy decoding loop (`tf.while_loop` over `CachedDecoder` steps) and the
+detokenizer all live inside one TensorFlow graph, so the exported folder
+translates in a process that has only `tensorflow` and `tensorflow_text`,
+without this package or Keras.
+
+This is the TensorFlow edge of the package: it needs the TensorFlow backend
+(on JAX the export needs a fixed-length signature, on torch torch_xla). A
+model trained under any backend is saved as `.keras`, then exported by a
+TensorFlow-backend process; `keras-transformer export` starts that process
+for you.
+"""
+
+import dataclasses
+import os
+
+import keras
+
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import START_ID
+
+SIGNATURE = "serving_default"
+
+
+def _require_tensorflow_backend():
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "SavedModel export runs on the TensorFlow backend; run it with "
+            "KERAS_BACKEND=tensorflow (`keras-transformer export` does this for you)."
+        )
+
+
+def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
+    """A `tf.Module` whose `translate` maps a batch of strings to translations.
+
+    Greedy search on the KV cache, as `Translator(beam_width=1)`, with the
+    same handling of awkward input: empty or whitespace-only strings give
+    `""`, invalid UTF-8 is replaced by U+FFFD, sources longer than the
+    model's `max_length` tokens are truncated.
+
+    Args:
+        model: a `transformer()` model, on the TensorFlow backend.
+        vocabulary_proto: bytes of the SentencePiece model (`vocabulary.spm`).
+        max_new_tokens: longest translation. Defaults to `max_length - 1`.
+
+    Returns:
+        A `tf.Module` with a `translate(texts)` `tf.function` taking a
+        `tf.string` vector.
+    """
+    _require_tensorflow_backend()
+    import tensorflow as tf
+    import tensorflow_text
+
+    from keras_transformer.decoding import CachedDecoder
+
+    decoder = CachedDecoder(model)
+    max_length = decoder.max_length
+    max_new_tokens = max_new_tokens or max_length - 1
+    forbidden = tf.one_hot([PAD_ID, START_ID], model.output_shape[-1], on_value=-1e9, dtype="float32")
+    forbidden = tf.reduce_sum(forbidden, axis=0)
+
+    module = tf.Module()
+    module.model = model
+    module.tokenizer = tensorflow_text.SentencepieceTokenizer(model=vocabulary_proto, out_type=tf.int32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    def translate(texts):
+        texts = tf.strings.unicode_transcode(
+            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        ids = module.tokenizer.tokenize(texts)[:, :max_length]
+        encoder_tokens = ids.to_tensor(default_value=PAD_ID)
+        # At least one column, so an all-empty batch still has a shape.
+        encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, 1]])[:, : tf.maximum(1, tf.shape(encoder_tokens)[1])]
+        state = decoder.start(encoder_tokens)
+        # Only the self-attention caches change from step to step; the loop
+        # carries them as a plain list of tensors.
+        caches = state.caches
+        batch = tf.shape(encoder_tokens)[0]
+        tokens = tf.fill([batch, 1], START_ID)
+        finished = tf.zeros([batch], tf.bool)
+        generated = tf.TensorArray(tf.int32, size=max_new_tokens)
+        steps = tf.constant(0)
+        for index in tf.range(max_new_tokens):
+            logits, stepped = decoder.next_logits(tokens, index, dataclasses.replace(state, caches=caches))
+            caches = stepped.caches
+            best = tf.argmax(logits + forbidden, axis=-1, output_type=tf.int32)
+            best = tf.where(finished, PAD_ID, best)
+            generated = generated.write(index, best)
+            steps = index + 1
+            finished = finished | tf.equal(best, END_ID)
+            if tf.reduce_all(finished):
+                break
+            tokens = best[:, None]
+        output_ids = tf.transpose(generated.stack()[:steps])
+        output_ids = tf.where(tf.equal(output_ids, END_ID), PAD_ID, output_ids)
+        translations = module.tokenizer.detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
+        empty = tf.equal(tf.strings.strip(texts), "")
+        return tf.where(empty, tf.constant(""), translations)
+
+    module.translate = translate
+    return module
+
+
+def export_translator(directory, output, max_new_tokens=None):
+    """Exports a training output folder as a string -> string SavedModel.
+
+    Writes `output/` (signature `serving_default`: `texts` -> `translations`)
+    and `output/logits/`, Keras' own `tf_saved_model` export of the raw
+    logits model.
+
+    Args:
+        directory: the `--output` folder of `keras-transformer train`.
+        output: folder to write.
+        max_new_tokens: longest translation. Defaults to `max_length - 1`.
+
+    Returns:
+        The path of the exported SavedModel.
+    """
+    _require_tensorflow_backend()
+    import tensorflow as tf
+
+    import keras_transformer  # noqa: F401  (registers the layers)
+
+    model = keras.saving.load_model(os.path.join(directory, "model.keras"), compile=False)
+    with open(os.path.join(directory, "vocabulary.spm"), "rb") as f:
+        proto = f.read()
+    module = build_serving_module(model, proto, max_new_tokens)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    def serve(texts):
+        return {"translations": module.translate(texts)}
+
+    tf.saved_model.save(module, output, signatures={SIGNATURE: serve})
+    model.export(os.path.join(output, "logits"), format="tf_saved_model", verbose=False)
+    return output

@@ -1,0 +1,72 @@
+"""The exported SavedModel translates like the Python Translator, without this package."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer.trainer import TrainConfig
+from keras_transformer.trainer import train_translator
+from keras_transformer.translator import Translator
+
+FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
+TEXTS = [
+    "Y dijo Dios: Sea la luz.",
+    "",
+    "   ",
+    " ".join(["En el principio creó Dios los cielos y la tierra."] * 12),  # beyond max_length
+    "Y llamó Dios á la luz Día",
+]
+LOAD_WITHOUT_THE_PACKAGE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+texts = json.loads(sys.argv[2])
+outputs = serve(texts=tf.constant([t.encode("utf-8") for t in texts] + [b"Dios \\xff\\xfe luz"]))
+print(json.dumps([t.decode("utf-8") for t in outputs["translations"].numpy()]))
+print("keras_transformer" in sys.modules)
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    output = tmp_path_factory.mktemp("run")
+    config = TrainConfig(
+        output=str(output), corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2,
+        ff_dim=32, max_length=24, vocabulary_size=400, batch_tokens=240, epochs=1, steps_per_epoch=2,
+        warmup_steps=2,
+    )
+    train_translator(config, verbose=0, log=lambda message: None)
+    return output
+
+
+def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(run_dir, tmp_path):
+    from keras_transformer.cli import main
+
+    export_dir = str(tmp_path / "export")
+    main(["export", "--model", str(run_dir), "--out", export_dir, "--max-new-tokens", "10"])
+    assert os.path.isdir(os.path.join(export_dir, "logits"))
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_THE_PACKAGE, export_dir, json.dumps(TEXTS)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    *translations, imported = result.stdout.strip().splitlines()[-2:]
+    exported = json.loads(translations[0])
+    assert imported == "False"
+    expected = Translator.from_directory(str(run_dir), max_new_tokens=10)(TEXTS)
+    assert exported[: len(TEXTS)] == expected
+    assert exported[1] == "" and exported[2] == ""
+    assert isinstance(exported[-1], str)  # invalid UTF-8: replaced, not fatal
+
+
+def test_export_of_a_folder_without_a_model_is_a_one_line_error(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "export", "--model", str(tmp_path), "--out", str(tmp_path / "x")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2 and "model.keras" in result.stderr and "Traceback" not in result.stderr
