@@ -65,6 +65,11 @@ class CachedDecoder:
         model: a model from `keras_transformer.models.transformer`.
         max_length: the longest target (cache size). Defaults to the
             model's positional `max_length`.
+        jit_compile: compile the step with XLA (`jax.jit` on JAX,
+            `tf.function(jit_compile=True)` on TensorFlow; torch runs eagerly
+            either way). The cache has a fixed shape and the position is a
+            tensor, so the step compiles once per batch size. Defaults to
+            False.
 
     Example:
 
@@ -79,7 +84,7 @@ class CachedDecoder:
     (1, 20)
     """
 
-    def __init__(self, model, max_length=None):
+    def __init__(self, model, max_length=None, jit_compile=False):
         self.model = model
         self.embedding = model.get_layer("decoder_embedding")
         self.decoder_layers = _layers_named(model, "decoder_layer_")
@@ -98,6 +103,20 @@ class CachedDecoder:
             [encoder_output, model.get_layer("encoder_padding_mask").output],
             name="encoder",
         )
+        self._step = self._compiled(self._step_tensors) if jit_compile else self._step_tensors
+
+    @staticmethod
+    def _compiled(function):
+        backend = keras.backend.backend()
+        if backend == "jax":
+            import jax
+
+            return jax.jit(function)
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            return tf.function(function, jit_compile=True, reduce_retracing=True)
+        return function
 
     def start(self, encoder_tokens):
         """Encodes the source once and returns the initial `DecoderState`."""
@@ -123,20 +142,27 @@ class CachedDecoder:
             `(logits, state)`: float32 `(batch, vocabulary)` and the state
             with the caches updated.
         """
-        x = self.embedding(ops.convert_to_tensor(tokens, "int32"), start_index=index)
-        caches = []
-        for layer, cache, cross_cache in zip(self.decoder_layers, state.caches, state.cross_caches):
+        tokens = ops.convert_to_tensor(tokens, "int32")
+        index = ops.convert_to_tensor(index, "int32")
+        logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
+        return logits, dataclasses.replace(state, caches=list(caches))
+
+    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask):
+        """`next_logits` on plain tensors and lists, so XLA can compile it."""
+        x = self.embedding(tokens, start_index=index)
+        updated = []
+        for layer, cache, cross_cache in zip(self.decoder_layers, caches, cross_caches):
             x, cache = layer.decode_step(
-                x, cache, index, cross_attention_cache=cross_cache, encoder_mask=state.encoder_mask
+                x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask
             )
-            caches.append(cache)
+            updated.append(cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.output_projection is None:
             logits = self.embedding.project_to_vocabulary(x)
         else:
             logits = self.output_projection(x)
-        return ops.cast(logits[:, -1], "float32"), dataclasses.replace(state, caches=caches)
+        return ops.cast(logits[:, -1], "float32"), updated
 
 
 def _next_token_scores(logits):

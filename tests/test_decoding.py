@@ -68,3 +68,9 @@ def test_sequences_stop_at_end_and_are_padded_after_it():
 def test_max_new_tokens_beyond_the_cache_raises(model):
     with pytest.raises(ValueError, match="max_new_tokens"):
         greedy_search(CachedDecoder(model), SOURCE, max_new_tokens=24)
+
+
+def test_compiled_step_gives_the_same_tokens_as_the_eager_step(model):
+    eager = greedy_search(CachedDecoder(model), SOURCE, max_new_tokens=6, stop_at_end=False)
+    compiled = greedy_search(CachedDecoder(model, jit_compile=True), SOURCE, max_new_tokens=6, stop_at_end=False)
+    np.testing.assert_array_equal(compiled, eager)
