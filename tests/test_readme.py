@@ -9,7 +9,8 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_example_builds_and_fits_a_model():
-    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+    section = README.read_text().split("## A tiny model, built and fitted", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(code, str(README), "exec"), {})
