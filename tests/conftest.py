@@ -1,8 +1,12 @@
 """Shared fixtures and helpers; every test runs under the backend in KERAS_BACKEND."""
 
+import pathlib
+
 import keras
 import numpy as np
 import pytest
+
+FIXTURE_CORPUS = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 
 
 def to_numpy(x):
@@ -22,3 +26,19 @@ def _fresh_keras_state():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """The output folder of a 2-step `train_translator` run on the fixture corpus."""
+    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.trainer import train_translator
+
+    output = tmp_path_factory.mktemp("run")
+    config = TrainConfig(
+        output=str(output), corpus=FIXTURE_CORPUS, preset="tiny", num_layers=1, d_model=16, num_heads=2,
+        ff_dim=32, max_length=24, vocabulary_size=400, batch_tokens=240, epochs=1, steps_per_epoch=2,
+        warmup_steps=2,
+    )
+    train_translator(config, verbose=0, log=lambda message: None)
+    return output

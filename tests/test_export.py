@@ -2,17 +2,14 @@
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from keras_transformer.trainer import TrainConfig
-from keras_transformer.trainer import train_translator
 from keras_transformer.translator import Translator
 
-FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
+from conftest import FIXTURE_CORPUS as FIXTURE
 TEXTS = [
     "Y dijo Dios: Sea la luz.",
     "",
@@ -33,15 +30,8 @@ print("keras_transformer" in sys.modules)
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    output = tmp_path_factory.mktemp("run")
-    config = TrainConfig(
-        output=str(output), corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2,
-        ff_dim=32, max_length=24, vocabulary_size=400, batch_tokens=240, epochs=1, steps_per_epoch=2,
-        warmup_steps=2,
-    )
-    train_translator(config, verbose=0, log=lambda message: None)
-    return output
+def run_dir(trained_run):
+    return trained_run
 
 
 def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(run_dir, tmp_path):

@@ -1,28 +1,18 @@
 """Translator and BLEU on a model trained for a few steps on the fixture."""
 
-import pathlib
 
 import pytest
 
 from keras_transformer.evaluation import score_translations
-from keras_transformer.trainer import TrainConfig
-from keras_transformer.trainer import train_translator
 from keras_transformer.translator import Translator
 
-FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
+from conftest import FIXTURE_CORPUS as FIXTURE
 SENTENCES = ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios: Sea la luz."]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    output = tmp_path_factory.mktemp("run")
-    config = TrainConfig(
-        output=str(output), corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2,
-        ff_dim=32, max_length=24, vocabulary_size=400, batch_tokens=240, epochs=1, steps_per_epoch=2,
-        warmup_steps=2,
-    )
-    train_translator(config, verbose=0, log=lambda message: None)
-    return output
+def run_dir(trained_run):
+    return trained_run
 
 
 @pytest.fixture(scope="module")
