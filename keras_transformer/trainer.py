@@ -253,8 +253,14 @@ def _sample_translations(model, tokenizer, pairs, log):
     return {"dev_sample_bleu": result["bleu"], "dev_sample_sentences": len(pairs)}
 
 
-def build_translator(config):
+def build_translator(config, **model_options):
     """The compiled Transformer a `TrainConfig` describes.
+
+    Args:
+        config: a resolved `TrainConfig`.
+        **model_options: more arguments for `kt.models.transformer`, e.g.
+            `embedding_scale=None` or `norm_first=True` (the ablations use
+            them).
 
     Example:
 
@@ -275,6 +281,7 @@ def build_translator(config):
         max_length=config.max_length,
         dropout=config.dropout,
         tie_embeddings=config.tie_embeddings,
+        **model_options,
     )
     schedule = training.TransformerSchedule(config.d_model, warmup_steps=config.warmup_steps)
     model.compile(
