@@ -4,6 +4,7 @@
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR
+    keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
 
 Errors in the user's input print one line and exit with status 2; anything
 else is a bug and keeps its traceback.
@@ -136,6 +137,34 @@ def _export(args):
           f"raw logits model in {os.path.join(args.out, 'logits')})")
 
 
+def _ablate(args):
+    import dataclasses
+
+    from keras_transformer import ablation
+    from keras_transformer.trainer import TrainingError
+
+    try:
+        variants = dict(ablation.parse_variant(text) for text in args.variant or ["baseline"])
+    except ValueError as error:
+        raise TrainingError(f"--variant: {error}")
+    settings = ablation.QUICK if args.quick else ablation.AblationSettings()
+    overrides = {
+        key: getattr(args, key)
+        for key in ("corpus", "steps", "eval_every", "d_model", "num_layers", "num_heads", "ff_dim",
+                    "max_length", "vocabulary_size", "batch_tokens", "train_pairs", "dev_pairs")
+        if getattr(args, key) is not None
+    }
+    settings = dataclasses.replace(settings, **overrides)
+    if settings.d_model % settings.num_heads:
+        raise TrainingError(f"--d-model {settings.d_model} is not divisible by --num-heads {settings.num_heads}.")
+    rows = ablation.run_ablation(
+        variants, seeds=range(args.seeds), settings=settings, workdir=args.out,
+        bleu_sentences=args.bleu_sentences,
+    )
+    print(ablation.write_results(rows, args.out))
+    print(f"runs, summary and table in {args.out}/results.json and results.md")
+
+
 def build_parser():
     """The argument parser of `keras-transformer`.
 
@@ -171,6 +200,20 @@ def build_parser():
     export.add_argument("--out", required=True, help="folder for the SavedModel")
     export.add_argument("--max-new-tokens", type=_positive_int, help="longest translation (default: max_length - 1)")
     export.set_defaults(handler=_export)
+
+    ablate = commands.add_parser("ablate", help="train model variants with several seeds; mean ± std table")
+    ablate.add_argument("--variant", action="append",
+                        help="a named variant (baseline, no_embedding_scale, untied, pre_ln, ...) or "
+                             "'name:key=value,...' of model options; repeat for several (default: baseline)")
+    ablate.add_argument("--seeds", type=_positive_int, default=3, help="seeds per variant (default: %(default)s)")
+    ablate.add_argument("--out", default="runs/ablate", help="folder for the runs and the table (default: %(default)s)")
+    ablate.add_argument("--quick", action="store_true", help="a minutes-long CPU setting (d_model 64, 300 steps)")
+    ablate.add_argument("--bleu-sentences", type=int, default=0, help="dev sentences translated for BLEU per run")
+    ablate.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded one)")
+    for flag in ("steps", "eval-every", "d-model", "num-layers", "num-heads", "ff-dim", "max-length",
+                 "vocabulary-size", "batch-tokens", "train-pairs", "dev-pairs"):
+        ablate.add_argument(f"--{flag}", type=_positive_int)
+    ablate.set_defaults(handler=_ablate)
     return parser
 
 
