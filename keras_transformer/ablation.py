@@ -128,8 +128,17 @@ def parse_variant(text):
     return name, parsed
 
 
-class _Data:
-    """The tokenizer and tokenized train/dev pairs every run shares."""
+class SharedData:
+    """The tokenizer and tokenized train/dev pairs every run shares.
+
+    Args:
+        settings: an `AblationSettings`.
+        workdir: folder where the SentencePiece vocabulary is cached.
+
+    Attributes:
+        tokenizer, train, dev (`TokenizedPairs`), dev_pairs (texts),
+        dev_data (`tf.data`), probe (the first dev batch, `(inputs, labels)`).
+    """
 
     def __init__(self, settings, workdir):
         import tensorflow as tf
@@ -195,6 +204,23 @@ def _config(settings, options, seed):
     ).resolved()
 
 
+def build_variant(settings, options, seed):
+    """The compiled, untrained model of one variant and seed.
+
+    Example:
+
+    >>> settings = AblationSettings(d_model=16, num_heads=2, ff_dim=32,
+    ...                             num_layers=1, vocabulary_size=100)
+    >>> model = build_variant(settings, {"norm_first": True}, seed=0)
+    >>> model.get_layer("encoder_layer_0").norm_first
+    True
+    """
+    config = _config(settings, options, seed)
+    model_options = {key: value for key, value in options.items() if key not in _CONFIG_OPTIONS}
+    keras.utils.set_random_seed(seed)
+    return config, trainer.build_translator(config, **model_options)
+
+
 def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, verbose=0):
     """Trains one variant with one seed; returns its row and the model.
 
@@ -214,10 +240,7 @@ def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, ver
         ones, training seconds per step, whether it diverged, and BLEU.
     """
     settings = data.settings
-    config = _config(settings, options, seed)
-    model_options = {key: value for key, value in options.items() if key not in _CONFIG_OPTIONS}
-    keras.utils.set_random_seed(seed)
-    model = trainer.build_translator(config, **model_options)
+    config, model = build_variant(settings, options, seed)
     timer = _StepTimer()
     history = model.fit(
         data.dataset(data.train, seed=seed),
@@ -264,6 +287,8 @@ def run_ablation(
     workdir="runs/ablate",
     bleu_sentences=0,
     on_model=None,
+    callbacks=None,
+    data=None,
     log=print,
 ):
     """Trains every variant with every seed; returns one row per run.
@@ -279,7 +304,10 @@ def run_ablation(
         workdir: folder for the vocabulary and the runs file.
         bleu_sentences: dev sentences translated for BLEU per run (0: none).
         on_model: optional `f(row, model)` called after each run, e.g. to
-            measure the trained model.
+            measure the trained model. Runs are then never skipped.
+        callbacks: optional `f(name, seed) -> list of Keras callbacks` for
+            each run's `fit`.
+        data: a `SharedData` to reuse; built from `settings` when None.
         log: callable for one-line progress messages.
 
     Returns:
@@ -296,17 +324,20 @@ def run_ablation(
                 row = json.loads(line)
                 if row.get("settings") == key and row.get("bleu_sentences") == bleu_sentences:
                     done[(row["variant"], json.dumps(row["options"], sort_keys=True), row["seed"])] = row
-    data = _Data(settings, workdir)
+    data = data or SharedData(settings, workdir)
     rows = []
     total = len(variants) * len(seeds)
     for name, options in variants.items():
         for seed in seeds:
             run_key = (name, json.dumps({k: repr(v) for k, v in options.items()}, sort_keys=True), seed)
-            if run_key in done and on_model is None:
+            if run_key in done and on_model is None and callbacks is None:
                 rows.append(done[run_key])
                 log(f"[{len(rows)}/{total}] {name} seed {seed}: done before, dev loss {done[run_key]['dev_loss']:.3f}")
                 continue
-            row, model = train_variant(data, name, options, seed, bleu_sentences=bleu_sentences)
+            extra = callbacks(name, seed) if callbacks else ()
+            row, model = train_variant(
+                data, name, options, seed, callbacks=extra, bleu_sentences=bleu_sentences
+            )
             row.update(settings=key, bleu_sentences=bleu_sentences)
             if on_model is not None:
                 on_model(row, model)
