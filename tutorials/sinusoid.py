@@ -74,14 +74,18 @@ def plot(table, folder, depth):
     axes[0].set_title("P[pos, i]")
     figure.colorbar(image, ax=axes[0])
     theta = np.linspace(0, 2 * np.pi, 200)
-    axes[1].plot(np.cos(theta), np.sin(theta), color="0.8")
-    for i, color in zip((0, 2, 4, 8), ("C0", "C1", "C2", "C3")):
-        for p in range(0, 12):
-            sin, cos = table[p, 2 * i], table[p, 2 * i + 1]
-            axes[1].plot([0, cos], [0, sin], color=color, alpha=0.25 + 0.06 * p)
-        axes[1].plot([], [], color=color, label=f"pair {i}, positions 0..11")
+    pairs = [i for i in (0, 4, 12, 24) if 2 * i + 1 < depth]
+    for ring, (i, color) in enumerate(zip(pairs, ("C0", "C1", "C2", "C3"))):
+        # Each pair drawn on its own ring (radius is for readability only:
+        # every pair lies on the unit circle).
+        radius = 1.0 - 0.22 * ring
+        axes[1].plot(radius * np.cos(theta), radius * np.sin(theta), color="0.85", lw=0.8)
+        sin, cos = table[:16, 2 * i], table[:16, 2 * i + 1]
+        axes[1].plot(radius * cos, radius * sin, "o", color=color, ms=3, label=f"pair {i}: positions 0..15")
+        for p in range(4):
+            axes[1].plot([0, radius * cos[p]], [0, radius * sin[p]], color=color, alpha=1 - 0.2 * p)
     axes[1].set_aspect("equal")
-    axes[1].set_title("clock hands: (cos, sin) of each pair")
+    axes[1].set_title("clock hands: (cos, sin) of a pair per position;\nhands drawn for positions 0..3")
     axes[1].legend(fontsize=7, loc="lower left")
     reach = min(64, len(table) // 2 - 1)
     distances = np.arange(-reach, reach + 1)
