@@ -160,13 +160,13 @@ def test_diagnostics_logger_writes_its_statistics_to_the_csv_log(tmp_path):
     y = np.tile(np.array([[20, 21, 3, 0], [22, 23, 24, 3]]), (2, 1))
     logger = diagnostics.DiagnosticsLogger(x, y, every_n_batches=2)
     path = tmp_path / "log.csv"
-    model.fit(x, y, batch_size=1, epochs=2, verbose=0,
+    model.fit(x, y, batch_size=1, epochs=1, verbose=0,
               callbacks=[logger, keras.callbacks.CSVLogger(str(path))])
     header = path.read_text().splitlines()[0].split(",")
     for key in ("attention_logit_std/encoder_layer_0", "gradient_norm/decoder_layer_0",
                 "embedding_position_ratio/decoder_embedding"):
         assert key in header
-    assert [entry["step"] for entry in logger.history] == [2, 4, 6, 8]
+    assert [entry["step"] for entry in logger.history] == [2, 4]
     # Training moves the weights, so the logged gradient norms change.
     norms = [entry["gradient_norm/decoder_layer_0"] for entry in logger.history]
     assert len(set(norms)) > 1
