@@ -19,6 +19,12 @@ from keras import ops
 from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.data.special_tokens import PAD_ID
 from keras_transformer.data.special_tokens import START_ID
+from keras_transformer.layers.input_checks import is_concrete
+from keras_transformer.layers.input_checks import token_id_error
+
+_TRANSFORMER_INPUTS = {"encoder_tokens", "decoder_tokens"}
+_TRANSFORMER_LAYERS = ("encoder_embedding", "encoder_padding_mask", "encoder_layer_0",
+                       "decoder_embedding", "decoder_layer_0")
 
 
 def _layers_named(model, prefix):
@@ -28,6 +34,137 @@ def _layers_named(model, prefix):
 
 def _has_layer(model, name):
     return any(layer.name == name for layer in model.layers)
+
+
+def check_transformer_model(model, what="`model`"):
+    """Raises unless `model` is an encoder-decoder from `models.transformer`.
+
+    Decoding reads the model's layers by name, so a model of another kind
+    (a `language_model`, a model of one's own, a foreign `.keras` file)
+    would otherwise fail deep inside with a missing-layer error.
+
+    Args:
+        model: the model to check.
+        what: how the message refers to it, e.g. the file it came from.
+
+    Raises:
+        TypeError: `model` is not a `keras.Model`.
+        ValueError: it lacks the inputs or layers of a `transformer()`.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> check_transformer_model(kt.models.language_model(
+    ...     20, num_layers=1, d_model=8, num_heads=2, ff_dim=16, max_length=8))
+    Traceback (most recent call last):
+    ...
+    ValueError: `model` 'language_model' is not an encoder-decoder built by keras_transformer.models.transformer(): ...
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"{what} must be a keras.Model built by keras_transformer.models.transformer(), "
+            f"got {type(model).__name__}."
+        )
+    try:
+        inputs = model.input
+    except (AttributeError, ValueError):  # a subclassed model that was never called
+        inputs = None
+    if isinstance(inputs, dict):
+        has_inputs = f"inputs {sorted(inputs)}"
+    else:
+        has_inputs = f"{len(keras.tree.flatten(inputs)) if inputs is not None else 'no'} unnamed input(s)"
+    missing = [name for name in _TRANSFORMER_LAYERS if not _has_layer(model, name)]
+    if not (isinstance(inputs, dict) and set(inputs) == _TRANSFORMER_INPUTS) or missing:
+        raise ValueError(
+            f"{what} {model.name!r} is not an encoder-decoder built by "
+            f"keras_transformer.models.transformer(): it has {has_inputs} and lacks "
+            f"the layers {missing}. Decoding needs the inputs "
+            f"{sorted(_TRANSFORMER_INPUTS)} and the layers {list(_TRANSFORMER_LAYERS)}."
+        )
+
+
+def check_encoder_tokens(encoder_tokens, decoder, owner="decoding"):
+    """Host-side checks of a batch of source ids; returns it as int32 NumPy.
+
+    Decoding takes its source from the host, so unlike the layers (which see
+    token values only when eager) these checks always run, on every backend,
+    before any model work.
+
+    Args:
+        encoder_tokens: array-like `(batch, source_length)` of token ids.
+        decoder: the `CachedDecoder` (or an object with the same interface)
+            whose model the ids are for; its `source_vocabulary_size` and
+            `source_max_length`, when present, bound the ids and length.
+        owner: str, the function named in messages.
+
+    Returns:
+        An int32 NumPy array.
+
+    Raises:
+        TypeError: non-integer ids.
+        ValueError: not a rectangular `(batch, source_length)` array, an
+            empty batch or length, a length beyond the model's
+            `max_length`, or ids outside the source vocabulary.
+
+    Example:
+
+    >>> check_encoder_tokens([[5, 6, 0]], decoder=None).dtype
+    dtype('int32')
+    """
+    try:
+        tokens = np.asarray(ops.convert_to_numpy(encoder_tokens) if ops.is_tensor(encoder_tokens) else encoder_tokens)
+    except ValueError as error:  # ragged nested lists
+        raise ValueError(
+            f"{owner}: `encoder_tokens` must be a rectangular (batch, source_length) array "
+            f"of token ids padded with 0 ({error})."
+        ) from None
+    if tokens.dtype.kind not in "iu":
+        raise TypeError(
+            f"{owner}: `encoder_tokens` must hold integer token ids, got dtype {tokens.dtype}. "
+            "Tokenize the text first, or cast the ids with `.astype(\"int32\")`."
+        )
+    if tokens.ndim != 2:
+        raise ValueError(
+            f"{owner}: `encoder_tokens` must have shape (batch, source_length), got shape "
+            f"{tokens.shape}. For one sentence pass a batch of one: [token_ids]."
+        )
+    if 0 in tokens.shape:
+        raise ValueError(
+            f"{owner}: `encoder_tokens` is empty (shape {tokens.shape}); pass at least one "
+            "row with at least one position."
+        )
+    max_length = getattr(decoder, "source_max_length", None)
+    if max_length is not None and tokens.shape[1] > max_length:
+        raise ValueError(
+            f"{owner}: `encoder_tokens` has source_length {tokens.shape[1]}, beyond the "
+            f"model's max_length={max_length}. Truncate the rows (the Translator does, "
+            "with a warning)."
+        )
+    vocabulary_size = getattr(decoder, "source_vocabulary_size", None)
+    if vocabulary_size is not None:
+        error = token_id_error(
+            owner, "encoder_tokens", tokens, vocabulary_size,
+            "Tokenize with the vocabulary the model was trained with.",
+        )
+        if error is not None:
+            raise error
+    return tokens.astype("int32")
+
+
+def _check_decoder(decoder, owner):
+    if not all(hasattr(decoder, name) for name in ("start", "next_logits", "max_length")):
+        raise TypeError(
+            f"{owner}: `decoder` must be a CachedDecoder, got {type(decoder).__name__}. "
+            f"Wrap the model: {owner}(CachedDecoder(model), ...)."
+        )
+
+
+def _check_int(owner, name, value, low, high=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}: `{name}` must be an int, got {name}={value!r}.")
+    if value < low or (high is not None and value >= high):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise ValueError(f"{owner}: `{name}` must be {bounds}, got {name}={value}.")
 
 
 @dataclasses.dataclass
@@ -85,8 +222,12 @@ class CachedDecoder:
     """
 
     def __init__(self, model, max_length=None, jit_compile=False):
+        check_transformer_model(model)
         self.model = model
         self.embedding = model.get_layer("decoder_embedding")
+        source_embedding = model.get_layer("encoder_embedding")
+        self.source_vocabulary_size = source_embedding.vocabulary_size
+        self.source_max_length = source_embedding.max_length
         self.decoder_layers = _layers_named(model, "decoder_layer_")
         self.final_norm = model.get_layer("decoder_final_norm") if _has_layer(model, "decoder_final_norm") else None
         self.output_projection = (
@@ -119,7 +260,15 @@ class CachedDecoder:
         return function
 
     def start(self, encoder_tokens):
-        """Encodes the source once and returns the initial `DecoderState`."""
+        """Encodes the source once and returns the initial `DecoderState`.
+
+        Args:
+            encoder_tokens: int `(batch, source_length)`, padded with 0;
+                checked by `check_encoder_tokens` unless it is a traced
+                tensor (the SavedModel export runs this in a `tf.function`).
+        """
+        if not ops.is_tensor(encoder_tokens) or is_concrete(encoder_tokens):
+            encoder_tokens = check_encoder_tokens(encoder_tokens, self, "CachedDecoder.start")
         encoder_outputs, encoder_mask = self.encoder(ops.convert_to_tensor(encoder_tokens, "int32"))
         batch = ops.shape(encoder_outputs)[0]
         first = self.decoder_layers[0]
@@ -177,6 +326,8 @@ def _next_token_scores(logits):
 
 
 def _check_budget(max_new_tokens, max_length):
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise TypeError(f"`max_new_tokens` must be an int, got max_new_tokens={max_new_tokens!r}.")
     if not 1 <= max_new_tokens < max_length:
         raise ValueError(
             f"max_new_tokens={max_new_tokens} must be in [1, max_length={max_length}): "
@@ -199,6 +350,12 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
         int NumPy `(batch, steps)` of generated tokens, without the start
         token; finished sequences end with `END_ID` and are padded with 0.
 
+    Raises:
+        TypeError: `decoder` is not a `CachedDecoder`, or ids or
+            `max_new_tokens` are not ints.
+        ValueError: `encoder_tokens` fails `check_encoder_tokens`, or
+            `max_new_tokens` does not fit the cache.
+
     Example:
 
     >>> import numpy as np
@@ -209,6 +366,8 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
     ...               max_new_tokens=4).shape[0]
     1
     """
+    _check_decoder(decoder, "greedy_search")
+    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, "greedy_search")
     max_new_tokens = max_new_tokens or decoder.max_length - 1
     _check_budget(max_new_tokens, decoder.max_length)
     state = decoder.start(encoder_tokens)
@@ -288,6 +447,10 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     Returns:
         int NumPy `(batch, steps)`, as `greedy_search`.
 
+    Raises:
+        TypeError, ValueError: as `greedy_search`, and for a `beam_width`
+            that is not an int >= 1.
+
     Example:
 
     >>> import numpy as np
@@ -300,11 +463,11 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     ...       == greedy_search(decoder, source, max_new_tokens=5)).all())
     True
     """
-    if beam_width < 1:
-        raise ValueError(f"beam_width must be >= 1, got beam_width={beam_width}.")
+    _check_decoder(decoder, "beam_search")
+    _check_int("beam_search", "beam_width", beam_width, 1)
+    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, "beam_search")
     max_new_tokens = max_new_tokens or decoder.max_length - 1
     _check_budget(max_new_tokens, decoder.max_length)
-    encoder_tokens = np.asarray(encoder_tokens)
     batch, width = len(encoder_tokens), beam_width
     state = decoder.start(np.repeat(encoder_tokens, width, axis=0))
     scores = np.tile(np.array([0.0] + [-np.inf] * (width - 1)), batch)  # (batch * width,)

@@ -8,6 +8,7 @@ import numpy as np
 from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import check_transformer_model
 from keras_transformer.decoding import greedy_search
 
 
@@ -29,6 +30,13 @@ class Translator:
         max_new_tokens: int, longest translation in tokens. Defaults to the
             model's `max_length - 1`.
 
+    Raises:
+        TypeError: `model` is not a Keras model, `tokenizer` not a
+            tokenizer, `beam_width` or `max_new_tokens` not an int.
+        ValueError: `model` is not a `transformer()` model, its source or
+            target vocabulary is not the tokenizer's size, `beam_width < 1`,
+            or `max_new_tokens` does not fit in `[1, max_length)`.
+
     Example (an untrained model: the output is a string, not yet English;
     after `keras-transformer train`, use `Translator.from_directory("runs/es-en")`):
 
@@ -44,22 +52,40 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, beam_width=1, length_penalty=0.6, max_new_tokens=None):
+        if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
+            raise TypeError(f"beam_width must be an int >= 1, got beam_width={beam_width!r}.")
         if beam_width < 1:
             raise ValueError(f"beam_width must be >= 1, got beam_width={beam_width}.")
+        if not all(hasattr(tokenizer, name) for name in ("tokenize", "detokenize", "vocabulary_size")):
+            raise TypeError(
+                f"tokenizer must be a KerasHub tokenizer, got {type(tokenizer).__name__}. "
+                "Load the vocabulary.spm saved beside the model with "
+                "keras_transformer.data.tokenizer.load_tokenizer(path)."
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.decoder = CachedDecoder(model)
-        model_vocabulary = self.decoder.embedding.vocabulary_size
-        if model_vocabulary != tokenizer.vocabulary_size():
-            raise ValueError(
-                f"The model's target vocabulary has {model_vocabulary} tokens but the "
-                f"tokenizer has {tokenizer.vocabulary_size()}: they were not trained "
-                "together. Load the vocabulary.spm saved beside the model."
-            )
+        for side, model_vocabulary in (
+            ("source", self.decoder.source_vocabulary_size),
+            ("target", self.decoder.embedding.vocabulary_size),
+        ):
+            if model_vocabulary != tokenizer.vocabulary_size():
+                raise ValueError(
+                    f"The model's {side} vocabulary has {model_vocabulary} tokens but the "
+                    f"tokenizer has {tokenizer.vocabulary_size()}: they were not trained "
+                    "together. Load the vocabulary.spm saved beside the model."
+                )
         self.max_length = self.decoder.max_length
         self.beam_width = beam_width
         self.length_penalty = length_penalty
         self.max_new_tokens = max_new_tokens or self.max_length - 1
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, (int, np.integer)):
+            raise TypeError(f"max_new_tokens must be an int, got max_new_tokens={max_new_tokens!r}.")
+        if not 1 <= self.max_new_tokens < self.max_length:
+            raise ValueError(
+                f"max_new_tokens={self.max_new_tokens} must be in [1, max_length={self.max_length}): "
+                "the start token takes one position."
+            )
 
     @classmethod
     def from_directory(cls, directory, **kwargs):
@@ -68,6 +94,12 @@ class Translator:
         Args:
             directory: the `--output` folder of `keras-transformer train`.
             **kwargs: passed to `Translator`.
+
+        Raises:
+            FileNotFoundError: no `model.keras` or no `vocabulary.spm` there.
+            ValueError: `model.keras` is corrupt, truncated or not a
+                `transformer()` model; `vocabulary.spm` is not a
+                SentencePiece model or not the model's vocabulary.
         """
         import keras
 
@@ -80,8 +112,28 @@ class Translator:
                 f"No trained model at {model_path!r}: pass the --output folder of a "
                 "finished `keras-transformer train` run."
             )
-        model = keras.saving.load_model(model_path)
-        return cls(model, load_tokenizer(os.path.join(directory, "vocabulary.spm")), **kwargs)
+        vocabulary_path = os.path.join(directory, "vocabulary.spm")
+        if not os.path.isfile(vocabulary_path):
+            raise FileNotFoundError(
+                f"No vocabulary at {vocabulary_path!r}: the folder (directory={directory!r}) "
+                "holds a model but not the vocabulary it was trained with. Copy the whole "
+                "--output folder of the training run."
+            )
+        try:
+            model = keras.saving.load_model(model_path)
+        except Exception as error:  # BadZipFile, ValueError, TypeError, KeyError, OSError...
+            raise ValueError(
+                f"{model_path!r} is not a readable Keras model ({type(error).__name__}: "
+                f"{str(error).strip().splitlines()[0] if str(error).strip() else 'no details'}). "
+                "The file may be truncated or corrupt, or hold layers this package does not "
+                "define: copy it again from the training run, or train again."
+            ) from error
+        check_transformer_model(model, what=f"The model in {model_path!r}")
+        try:
+            tokenizer = load_tokenizer(vocabulary_path)
+        except ValueError as error:
+            raise ValueError(f"{vocabulary_path!r}: {error}") from error
+        return cls(model, tokenizer, **kwargs)
 
     def _source_tokens(self, texts):
         ids = self.tokenizer.tokenize(texts)
@@ -104,7 +156,7 @@ class Translator:
     def _detokenize(self, generated):
         rows = []
         for row in generated:
-            row = list(row)
+            row = [int(token) for token in row]  # sentencepiece 0.2.0 decodes Python ints only
             rows.append(row[: row.index(END_ID)] if END_ID in row else row)
         texts = self.tokenizer.detokenize(rows) if rows else []
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
@@ -113,11 +165,26 @@ class Translator:
         """Translates `texts` (a string, bytes or a list of them).
 
         Returns:
-            A list of translations (a single string for a single input).
+            A list of translations (a single string for a single input; an
+            empty list for an empty list).
+
+        Raises:
+            TypeError: `texts` is neither a string, bytes nor an iterable of
+                them.
         """
         single = isinstance(texts, (str, bytes))
+        if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
+            raise TypeError(
+                f"texts must be a string, bytes or a list of them, got {type(texts).__name__}."
+            )
         texts = [texts] if single else list(texts)
-        texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else str(t) for t in texts]
+        for i, text in enumerate(texts):
+            if not isinstance(text, (str, bytes)):
+                raise TypeError(
+                    f"texts must be a string, bytes or a list of them, but texts[{i}] is "
+                    f"{type(text).__name__} ({text!r:.40})."
+                )
+        texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
         outputs = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if todo:

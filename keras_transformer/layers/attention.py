@@ -8,6 +8,7 @@ from keras import ops
 from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
 from keras_transformer.initializers import FusedQKV
 from keras_transformer.initializers import with_seed_offset
+from keras_transformer.layers import input_checks
 
 _LOGIT_SCALES = ("sqrt", "linear")
 # Finite, so a fully masked row gives a uniform softmax instead of NaN; the
@@ -280,8 +281,16 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
+        owner = f"MultiHeadAttention {self.name!r}"
+        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            if len(shape) != 3 or shape[-1] is None:
+                raise ValueError(
+                    f"{owner} expects `{name}` of shape (batch, length, width) with a "
+                    f"known width, got shape {tuple(shape)}."
+                )
         query_width, key_width = query_shape[-1], key_shape[-1]
         value_width = value_shape[-1]
+        self._input_widths = (query_width, value_width, key_width)
         heads = self.num_heads
         if self.fused_qkv:
             if not query_width == key_width == value_width:
@@ -413,7 +422,14 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_index=None,
     ):
+        masks = {
+            "query_mask": query_mask,
+            "value_mask": value_mask,
+            "key_mask": key_mask,
+            "attention_mask": attention_mask,
+        }
         key = value if key is None else key
+        self._check_inputs(query, value, key, masks, cache)
         key_mask = value_mask if key_mask is None else key_mask
         read_only_cache = cache is not None and cache_index is None
         if cache is not None:
@@ -480,6 +496,38 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
+
+    def _check_inputs(self, query, value, key, masks, cache):
+        """Static shape and dtype checks: clear errors, and still traceable."""
+        owner = f"MultiHeadAttention {self.name!r}"
+        widths = dict(zip(("query", "value", "key"), getattr(self, "_input_widths", (None,) * 3)))
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            input_checks.check_dtype(owner, name, x, "float")
+            input_checks.check_shape(
+                owner, name, x, (("batch", None), ("length", None), ("width", widths[name])),
+                "Pass the width the layer was built with." if widths[name] else "",
+            )
+        batch, query_length = (input_checks.static_shape(query) or (None, None))[:2]
+        key_length = (input_checks.static_shape(key) or (None, None))[1]
+        if cache is not None:  # keys and values come from the cache
+            cache_shape = input_checks.static_shape(cache)
+            key_length = cache_shape[2] if cache_shape and len(cache_shape) == 5 else None
+        else:
+            for name, x in (("value", value), ("key", key)):
+                input_checks.check_shape(
+                    owner, name, x, (("batch", batch), ("key_length", key_length), ("width", None)),
+                    "query, key and value need the same batch size, key and value the "
+                    "same length.",
+                )
+        expected = {
+            "query_mask": (("batch", batch), ("query_length", query_length)),
+            "value_mask": (("batch", batch), ("key_length", key_length)),
+            "key_mask": (("batch", batch), ("key_length", key_length)),
+            "attention_mask": (("batch", batch), ("query_length", query_length), ("key_length", key_length)),
+        }
+        for name, mask in masks.items():
+            if mask is not None:
+                input_checks.check_shape(owner, name, mask, expected[name])
 
     def _explicit_attention(self, q, k, v, mask, causal, training):
         logits = ops.einsum("btnh,bsnh->bnts", q, k)

@@ -51,6 +51,12 @@ class DecoderLayer(ResidualBlock):
     Returns:
         A tensor of the inputs' shape.
 
+    Raises:
+        TypeError: `inputs` or `encoder_outputs` that are not floating-point.
+        ValueError: `inputs` or `encoder_outputs` not `(batch, length,
+            d_model)`, batch sizes that differ between them, or masks whose
+            shape does not match.
+
     Example:
 
     >>> import numpy as np
@@ -69,7 +75,7 @@ class DecoderLayer(ResidualBlock):
         self.self_attention_norm = self._norm("self_attention_norm", inputs_shape)
         self.cross_attention = None
         if encoder_outputs_shape is not None:
-            self._check_width(encoder_outputs_shape)
+            self._check_width(encoder_outputs_shape, "encoder_outputs")
             self.cross_attention = self._attention("cross_attention")
             self.cross_attention.build(inputs_shape, encoder_outputs_shape)
             self.cross_attention_norm = self._norm("cross_attention_norm", inputs_shape)
@@ -92,6 +98,21 @@ class DecoderLayer(ResidualBlock):
                 + ("with" if self.cross_attention is not None else "without")
                 + " encoder_outputs and must be called the same way."
             )
+        batch, length = self._check_sequence("inputs", inputs)
+        self._check_mask("mask", mask, (("batch", batch), ("length", length)))
+        self._check_mask(
+            "attention_mask", attention_mask, (("batch", batch), ("length", length), ("length", length))
+        )
+        if encoder_outputs is not None:
+            _, source_length = self._check_sequence(
+                "encoder_outputs",
+                encoder_outputs,
+                batch=batch,
+                hint="inputs and encoder_outputs need the same batch size (in a "
+                "transformer() model: as many rows of encoder_tokens as of "
+                "decoder_tokens).",
+            )
+            self._check_mask("encoder_mask", encoder_mask, (("batch", batch), ("source_length", source_length)))
 
         def attend_to_self(x):
             return self.self_attention(

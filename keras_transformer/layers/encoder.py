@@ -51,6 +51,11 @@ class EncoderLayer(ResidualBlock):
         A tensor of the inputs' shape. Padded positions carry values that
         later layers must ignore through the mask.
 
+    Raises:
+        TypeError: `inputs` that are not floating-point.
+        ValueError: `inputs` not `(batch, length, d_model)`, or masks whose
+            shape does not match them.
+
     Example:
 
     >>> import numpy as np
@@ -72,6 +77,12 @@ class EncoderLayer(ResidualBlock):
         self.built = True
 
     def call(self, inputs, mask=None, attention_mask=None, training=None):
+        batch, length = self._check_sequence("inputs", inputs)
+        self._check_mask("mask", mask, (("batch", batch), ("length", length)))
+        self._check_mask(
+            "attention_mask", attention_mask, (("batch", batch), ("length", length), ("length", length))
+        )
+
         def attend(x):
             return self.self_attention(
                 x,

@@ -6,6 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.layers import input_checks
+
 _SCALES = ("sqrt",)
 _POSITIONS = ("sinusoidal", "learned")
 _MERGES = ("add", "concat")
@@ -66,6 +68,10 @@ class PositionalEmbedding(keras.layers.Layer):
     With `merge="concat"` the position encoding is concatenated instead of
     added: the token part then has `d_model - position_dim` features, so the
     output is still `d_model` wide.
+
+    Token ids must be integers in `[0, vocabulary_size)`. The dtype, rank and
+    length are checked on every call; the id values only on eager calls
+    (traced code cannot see them, see `keras_transformer.layers.input_checks`).
 
     Args:
         vocabulary_size: int, number of token ids.
@@ -213,7 +219,16 @@ class PositionalEmbedding(keras.layers.Layer):
             start_index: position of the first token (int or scalar
                 tensor), for one-token-at-a-time decoding. Defaults to 0.
             reverse: bool, use the layer as the tied output projection.
+
+        Raises:
+            TypeError: token ids that are not integers, or hidden states
+                (`reverse=True`) that are not floats.
+            ValueError: `inputs` not of rank 2, longer than `max_length`
+                from `start_index`, or (eager calls only) holding ids
+                outside `[0, vocabulary_size)`; hidden states whose last
+                axis is not `d_model`.
         """
+        owner = f"PositionalEmbedding {self.name!r}"
         if reverse:
             if self.merge == "concat":
                 raise ValueError(
@@ -221,7 +236,18 @@ class PositionalEmbedding(keras.layers.Layer):
                     "merge='concat' the embedding matrix is narrower than "
                     "d_model."
                 )
+            input_checks.check_dtype(owner, "hidden", inputs, "float")
+            width = input_checks.static_shape(inputs)
+            if width and width[-1] is not None and width[-1] != self.d_model:
+                raise ValueError(
+                    f"{owner}: the tied output projection expects `hidden` whose last "
+                    f"axis is d_model={self.d_model}, got shape {width}."
+                )
             return ops.matmul(inputs, ops.transpose(self.embeddings))
+        input_checks.check_dtype(owner, "inputs", inputs, "int")
+        input_checks.check_shape(owner, "inputs", inputs, (("batch", None), ("length", None)))
+        if isinstance(start_index, int) and start_index < 0:
+            raise ValueError(f"{owner} needs start_index >= 0, got start_index={start_index}.")
         length = inputs.shape[-1]
         if (
             isinstance(length, int)
@@ -229,11 +255,19 @@ class PositionalEmbedding(keras.layers.Layer):
             and start_index + length > self.max_length
         ):
             raise ValueError(
-                f"PositionalEmbedding got a sequence of length {length} "
+                f"{owner} got `inputs` of length {length} "
                 f"starting at position {start_index}, beyond "
                 f"max_length={self.max_length}. Truncate the input or build "
                 "the layer with a larger max_length."
             )
+        input_checks.check_token_ids(
+            owner,
+            "inputs",
+            inputs,
+            self.vocabulary_size,
+            "Tokenize with the vocabulary the model was built for, or build it "
+            "with a larger vocabulary_size.",
+        )
         tokens = ops.take(self.embeddings, ops.cast(inputs, "int32"), axis=0)
         tokens = tokens * ops.cast(self.scale_factor, tokens.dtype)
         encoding = self._position_encoding(ops.shape(inputs)[-1], start_index)

@@ -5,6 +5,7 @@ import keras
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.attention import get_qkv_initializer
 from keras_transformer.layers.attention import serialize_qkv_initializer
+from keras_transformer.layers import input_checks
 from keras_transformer.layers.feed_forward import FeedForward
 
 _INITIALIZER_OPTIONS = (
@@ -88,12 +89,33 @@ class ResidualBlock(keras.layers.Layer):
         """Size of each attention head: d_model // num_heads, as in the paper."""
         return self.d_model // self.num_heads
 
-    def _check_width(self, inputs_shape):
-        if inputs_shape[-1] != self.d_model:
+    @property
+    def _owner(self):
+        return f"{type(self).__name__} {self.name!r}"
+
+    def _check_width(self, inputs_shape, name="inputs"):
+        """Build-time check of a `(batch, length, d_model)` input shape."""
+        if len(inputs_shape) != 3 or inputs_shape[-1] != self.d_model:
             raise ValueError(
-                f"{type(self).__name__} was built with d_model={self.d_model} "
-                f"but got inputs of shape {tuple(inputs_shape)}."
+                f"{self._owner} expects `{name}` of shape (batch, length, "
+                f"d_model={self.d_model}), got shape {tuple(inputs_shape)}."
             )
+
+    def _check_sequence(self, name, x, batch=None, hint=""):
+        """Call-time dtype and static-shape check of a `(batch, length, d_model)` input.
+
+        Returns:
+            The static `(batch, length)` of `x` (Nones where unknown).
+        """
+        input_checks.check_dtype(self._owner, name, x, "float")
+        input_checks.check_shape(
+            self._owner, name, x, (("batch", batch), ("length", None), ("d_model", self.d_model)), hint
+        )
+        return tuple((input_checks.static_shape(x) or (None, None))[:2])
+
+    def _check_mask(self, name, mask, axes):
+        if mask is not None:
+            input_checks.check_shape(self._owner, name, mask, axes)
 
     def _attention(self, name):
         return MultiHeadAttention(
