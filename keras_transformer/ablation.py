@@ -207,11 +207,14 @@ def _config(settings, options, seed):
 def build_variant(settings, options, seed):
     """The compiled, untrained model of one variant and seed.
 
+    Returns:
+        `(config, model)`: the variant's resolved `TrainConfig` and model.
+
     Example:
 
     >>> settings = AblationSettings(d_model=16, num_heads=2, ff_dim=32,
     ...                             num_layers=1, vocabulary_size=100)
-    >>> model = build_variant(settings, {"norm_first": True}, seed=0)
+    >>> _, model = build_variant(settings, {"norm_first": True}, seed=0)
     >>> model.get_layer("encoder_layer_0").norm_first
     True
     """
