@@ -1,10 +1,11 @@
 """`keras-transformer`: the command line.
 
-    keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
+    keras-transformer train [--preset tiny|small|base|big] [--output DIR] [--distribute data|model] ...
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR
     keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
+    keras-transformer bench [--quick] [--config small|base|big] [--seq-len 128 512] ...   (source checkout only)
 
 Errors in the user's input print one line and exit with status 2; anything
 else is a bug and keeps its traceback.
@@ -57,6 +58,10 @@ def _add_train_arguments(parser):
     parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
                         help="batch sequences of similar length (default: on)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--distribute", choices=("data", "model"),
+                        help="train on all visible devices: data = data parallel (JAX DataParallel, "
+                             "TensorFlow MirroredStrategy), model = attention/feed-forward kernels split "
+                             "across devices (JAX ModelParallel); the batch stays the global batch")
     parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
 
 
@@ -165,6 +170,29 @@ def _ablate(args):
     print(f"runs, summary and table in {args.out}/results.json and results.md")
 
 
+def _bench(args):
+    """Forwards to `python -m benchmarks.run`, which lives beside the package, not in it."""
+    import os
+
+    from keras_transformer.trainer import TrainingError
+
+    # `benchmarks/` is a top-level folder of the repository, not installed
+    # with the package: an editable install (`pip install -e .`) finds it
+    # next to `keras_transformer/`; a wheel install has no benchmarks.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "benchmarks", "run.py")):
+        raise TrainingError(
+            f"bench needs a source checkout: no benchmarks/run.py next to {os.path.dirname(__file__)} "
+            "(the benchmarks are not part of the installed package). Clone the repository, "
+            "`pip install -e .`, and run `keras-transformer bench` or `python -m benchmarks.run` there."
+        )
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks import run
+
+    run.main(args.bench_arguments, prog="keras-transformer bench")
+
+
 def build_parser():
     """The argument parser of `keras-transformer`.
 
@@ -214,6 +242,12 @@ def build_parser():
                  "vocabulary-size", "batch-tokens", "train-pairs", "dev-pairs"):
         ablate.add_argument(f"--{flag}", type=_positive_int)
     ablate.set_defaults(handler=_ablate)
+
+    # Its options belong to benchmarks/run.py and are passed through as they are.
+    bench = commands.add_parser("bench", add_help=False,
+                                help="speed and memory against KerasHub and a tutorial-style model "
+                                     "(python -m benchmarks.run; `bench --help` for its options)")
+    bench.set_defaults(handler=_bench)
     return parser
 
 
@@ -222,7 +256,11 @@ def main(argv=None):
     from keras_transformer.trainer import TrainingError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unparsed = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.bench_arguments = unparsed
+    elif unparsed:
+        parser.error(f"unrecognized arguments: {' '.join(unparsed)}")
     try:
         args.handler(args)
     except TrainingError as error:

@@ -10,12 +10,25 @@ Training runs as `epochs` "virtual epochs" of `steps_per_epoch` steps over a
 repeated dataset. A backup is written at the end of each one, so a killed
 run, started again with the same command, resumes from the last virtual
 epoch, skips the batches it already trained on, and ends after the same
-number of steps as an uninterrupted run.
+number of steps as an uninterrupted run. A damaged backup is detected
+before training (the previous one is used, or the run stops with a message;
+it never silently starts again from scratch), a NaN or infinite loss stops
+the run at that step with the last good backup kept, and too little free
+disk space fails before the first step.
+
+`distribute="data"` or `"model"` spreads training over the visible devices
+with Keras' and TensorFlow's own engines: `keras.distribution.DataParallel`
+or `ModelParallel` (the layout of `model_parallel_layout_map`) on JAX,
+`tf.distribute.MirroredStrategy` on TensorFlow. Batches stay global
+batches, split across the devices.
 """
 
+import contextlib
 import dataclasses
 import json
+import math
 import os
+import shutil
 import time
 
 import keras
@@ -26,11 +39,19 @@ PRESETS = {
     "base": dict(num_layers=6, d_model=512, num_heads=8, ff_dim=2048),
     "big": dict(num_layers=6, d_model=1024, num_heads=16, ff_dim=4096),
 }
-# Fields that may differ when a run is resumed in the same folder.
-_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile")
+DISTRIBUTE_MODES = ("data", "model")
+# Fields that may differ when a run is resumed in the same folder (a backup
+# holds whole arrays, so it reloads onto another number of devices).
+_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute")
 CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
-MODEL_FILE, VOCABULARY_FILE = "model.keras", "vocabulary.spm"
+MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabulary.spm", "backup", "log.csv"
+# What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
+_BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 SAMPLE_SENTENCES = 200  # dev sentences translated at the end of training
+# Disk use: float32 weights and Adam's two moments (3 x 4 bytes a parameter)
+# in model.keras and in each of the two backups, plus logs and vocabulary.
+_BYTES_PER_PARAMETER = 3 * 4 * 3
+_LOG_BYTES = 16 * 2**20
 
 
 class TrainingError(Exception):
@@ -83,6 +104,12 @@ class TrainConfig:
         bucket: batch sequences of similar length together.
         tie_embeddings: share the decoder embedding with the output layer.
         seed: seeds weights, dropout and data order.
+        distribute: None (one device), "data" (data parallel: the model is
+            replicated, every global batch is split across the devices) or
+            "model" (JAX only: attention and feed-forward kernels are split
+            across the devices of each host, see
+            `model_parallel_layout_map`). Needs the JAX or TensorFlow
+            backend; with a single device it trains on that one.
 
     Example:
 
@@ -111,6 +138,7 @@ class TrainConfig:
     bucket: bool = True
     tie_embeddings: bool = True
     seed: int = 0
+    distribute: str = None
 
     def resolved(self):
         """A copy with the preset and the hardware defaults filled in."""
@@ -152,6 +180,19 @@ class TrainConfig:
             )
         if self.corpus is not None and not os.path.isfile(self.corpus):
             raise TrainingError(f"--corpus {self.corpus!r} does not exist.")
+        if self.distribute not in (None, *DISTRIBUTE_MODES):
+            raise TrainingError(f"--distribute must be data or model, got {self.distribute!r}.")
+        backend = keras.backend.backend()
+        if self.distribute and backend not in ("jax", "tensorflow"):
+            raise TrainingError(
+                f"--distribute needs the jax or tensorflow backend (KERAS_BACKEND=jax or tensorflow); "
+                f"the {backend} backend trains on one device here."
+            )
+        if self.distribute == "model" and backend != "jax":
+            raise TrainingError(
+                "--distribute model (keras.distribution.ModelParallel) needs the jax backend "
+                "(KERAS_BACKEND=jax); on tensorflow use --distribute data (MirroredStrategy)."
+            )
 
     @property
     def total_steps(self):
@@ -174,8 +215,14 @@ def _write_json(path, value):
 def prepare_output(config, overwrite=False):
     """Checks the output folder before any work, and says whether to resume.
 
+    With `overwrite`, the previous run's progress, summary, backups and
+    `log.csv` are removed (its `model.keras` stays until the new run
+    replaces it).
+
     Returns:
-        The number of virtual epochs already done (0 for a new run).
+        The number of virtual epochs already done (0 for a new run), as
+        `progress.json` records it; `train_translator` checks it against
+        the backups.
 
     Raises:
         TrainingError: the folder is unwritable, holds a different model,
@@ -191,9 +238,11 @@ def prepare_output(config, overwrite=False):
         raise TrainingError(f"--output {config.output!r} is not writable: {error.strerror}.")
     config_path = os.path.join(config.output, CONFIG_FILE)
     if overwrite or not os.path.exists(config_path):
-        for name in (PROGRESS_FILE, SUMMARY_FILE):
+        for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE):
             if os.path.exists(os.path.join(config.output, name)):
                 os.remove(os.path.join(config.output, name))
+        # A backup of another run would otherwise be restored into this one.
+        shutil.rmtree(os.path.join(config.output, BACKUP_FOLDER), ignore_errors=True)
         _write_json(config_path, dataclasses.asdict(config))
         return 0
     saved = _read_json(config_path)
@@ -215,19 +264,370 @@ def prepare_output(config, overwrite=False):
             "Raise --epochs to train further, or use --overwrite to start again."
         )
     _write_json(config_path, current)
-    progress_path = os.path.join(config.output, PROGRESS_FILE)
-    return _read_json(progress_path)["epochs_done"] if os.path.exists(progress_path) else 0
+    return _read_progress(config.output).get("epochs_done", 0)
+
+
+def _read_progress(output):
+    path = os.path.join(output, PROGRESS_FILE)
+    try:
+        return _read_json(path) if os.path.exists(path) else {}
+    except (OSError, ValueError):
+        return {}  # the backups decide where to resume; this file only adds the RNG state
+
+
+def _seed_states(model):
+    # In model order: the generators' names carry process-wide counters.
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def _random_state(model):
+    """Dropout's random state, which backups miss: seed-generator variables
+    (not weights) and, on torch, the global generators its unseeded dropout
+    draws from."""
+    state = {"seed_generators": [keras.ops.convert_to_numpy(v).tolist() for v in _seed_states(model)]}
+    if keras.backend.backend() == "torch":
+        import torch
+
+        state["torch"] = torch.get_rng_state().tolist()
+        if torch.cuda.is_available():
+            state["torch_cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def _set_random_state(model, state):
+    variables = _seed_states(model)
+    if len(state.get("seed_generators", ())) == len(variables):
+        for variable, value in zip(variables, state["seed_generators"]):
+            variable.assign(keras.ops.convert_to_tensor(value, variable.dtype))
+    if keras.backend.backend() == "torch" and "torch" in state:
+        import torch
+
+        torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+        if "torch_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["torch_cuda"]])
+
+
+class _RestoreRandomState(keras.callbacks.Callback):
+    """Sets the random state of the epoch a run resumes after, right before
+    its first step: `fit` draws from torch's global generator before that
+    (a new data loader takes a seed from it), which an uninterrupted run
+    does only once, at its start."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.state:
+            _set_random_state(self.model, self.state)
+            self.state = None
 
 
 class _ProgressFile(keras.callbacks.Callback):
-    """Records finished virtual epochs, after the backup of the same epoch."""
+    """Records finished virtual epochs and dropout's random state, after the backup.
+
+    The random state of the previous epoch is kept too, for a resume from
+    the previous backup; with it a resumed run draws the same dropout masks
+    as an uninterrupted one.
+    """
 
     def __init__(self, path):
         super().__init__()
         self.path = path
 
     def on_epoch_end(self, epoch, logs=None):
-        _write_json(self.path, {"epochs_done": epoch + 1})
+        states = {str(epoch + 1): _random_state(self.model)}
+        previous = _read_progress(os.path.dirname(self.path)).get("random_states")
+        if isinstance(previous, dict) and str(epoch) in previous:
+            states[str(epoch)] = previous[str(epoch)]
+        _write_json(self.path, {"epochs_done": epoch + 1, "random_states": states})
+
+
+class _NonFiniteLoss(Exception):
+    def __init__(self, step, value):
+        super().__init__(f"loss {value} at step {step}")
+        self.step, self.value = step, value
+
+
+class _StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops at the first step whose loss is NaN or infinite.
+
+    `keras.callbacks.TerminateOnNaN` only asks `fit` to stop: `fit` then
+    ends the epoch, so `BackupAndRestore` backs up the broken weights over
+    the good ones and deletes its backups when training ends. Raising out
+    of `fit` skips all of that: the last good backup stays on disk.
+    """
+
+    def __init__(self, steps_per_epoch):
+        super().__init__()
+        self.steps_per_epoch = steps_per_epoch
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (logs or {}).get("loss") is None:
+            return
+        # The epoch's running mean: NaN or infinite from the first bad step on.
+        loss = float(keras.ops.convert_to_numpy(logs["loss"]))
+        if not math.isfinite(loss):
+            raise _NonFiniteLoss(self.epoch * self.steps_per_epoch + batch + 1, loss)
+
+
+def _non_finite_loss_error(stop, config):
+    good_epochs = (stop.step - 1) // config.steps_per_epoch
+    kept = (
+        f"{os.path.join(config.output, BACKUP_FOLDER)} keeps the state after step "
+        f"{good_epochs * config.steps_per_epoch} (virtual epoch {good_epochs}), and nothing was saved after it"
+        if good_epochs else "no virtual epoch had finished, so there is no backup and nothing was saved"
+    )
+    return TrainingError(
+        f"the training loss became {stop.value} at step {stop.step}; training stopped there. {kept}. "
+        "Lower the learning rate (e.g. a larger --warmup-steps) or use --mixed-precision bfloat16 "
+        "rather than float16, and start again with --overwrite; the same command resumes from the "
+        "backup but will probably fail at the same step."
+    )
+
+
+def _size(num_bytes):
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if abs(num_bytes) < 1024 or unit == "GB":
+            return f"{num_bytes:.0f} {unit}" if unit == "bytes" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+
+
+def _check_free_space(output, parameters):
+    """Fails before training when the folder cannot hold what the run writes."""
+    backup = os.path.join(output, BACKUP_FOLDER)
+    existing = [os.path.join(output, MODEL_FILE)] + (
+        [os.path.join(backup, name) for name in os.listdir(backup)] if os.path.isdir(backup) else []
+    )
+    # Files this run rewrites in place need no more room than they already take.
+    needed = parameters * _BYTES_PER_PARAMETER + _LOG_BYTES
+    needed -= sum(os.path.getsize(path) for path in existing if os.path.isfile(path))
+    free = shutil.disk_usage(output).free
+    if free < needed:
+        raise TrainingError(
+            f"--output {output!r} has {_size(free)} free, but this run writes about {_size(needed)} "
+            f"(model.keras and two backups, each with the Adam moments of {parameters:,} parameters, "
+            "plus logs). Free some space or choose another --output."
+        )
+
+
+def _backup_error(path, error):
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"{path} is unreadable ({reason[:160]})"
+
+
+def _check_backup(model, weights, metadata, steps_per_epoch):
+    """(virtual epochs, None) for an intact backup, else (None, the reason)."""
+    for path in (weights, metadata):
+        if not os.path.isfile(path):
+            return None, f"{path} is missing"
+    try:
+        epochs = int(_read_json(metadata)["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return None, _backup_error(metadata, error)
+    try:
+        model.load_weights(weights)
+    except Exception as error:  # h5py raises OSError, KeyError or ValueError on damaged files
+        return None, _backup_error(weights, error)
+    steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    if steps != epochs * steps_per_epoch:
+        return None, (
+            f"{weights} holds the state after step {steps}, but {metadata} says {epochs} virtual "
+            f"epochs of {steps_per_epoch} steps (a backup interrupted half-way)"
+        )
+    return epochs, None
+
+
+def _restore_point(model, output, steps_per_epoch, recorded_epochs, log):
+    """Checks the backups before training; returns the virtual epochs to resume after.
+
+    `keras.callbacks.BackupAndRestore` would restore the newest backup and,
+    only if it cannot be opened at all, the previous one, without a word;
+    with no backup it starts from scratch. Here every backup is loaded and
+    its optimizer step compared with its epoch first. A damaged newest
+    backup is replaced by the previous one (said in the log); if neither is
+    intact, or `progress.json` records finished epochs but no backup exists,
+    training does not start.
+    """
+    folder = os.path.join(output, BACKUP_FOLDER)
+    latest = (os.path.join(folder, _BACKUP_WEIGHTS), os.path.join(folder, _BACKUP_METADATA))
+    previous = tuple(path + ".bkp" for path in latest)
+    if not any(os.path.exists(path) for path in latest + previous):
+        if recorded_epochs:
+            raise TrainingError(
+                f"{os.path.join(output, PROGRESS_FILE)} records {recorded_epochs} finished virtual epochs, "
+                f"but {folder} holds no backup of them, so this run cannot resume; nothing was changed. "
+                "Put the backup folder back, or use --overwrite to start again from scratch."
+            )
+        return 0
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    epochs, reason = _check_backup(model, *latest, steps_per_epoch)
+    if reason is None:
+        return epochs
+    # Keras picks the weights format by file extension, so the previous
+    # backup is checked under a .weights.h5 name, then moved where
+    # BackupAndRestore reads.
+    candidate = os.path.join(output, ".previous-backup.weights.h5")
+    try:
+        previous_reason = f"{previous[0]} is missing"
+        if os.path.isfile(previous[0]):
+            shutil.copyfile(previous[0], candidate)
+            epochs, previous_reason = _check_backup(model, candidate, previous[1], steps_per_epoch)
+        if previous_reason is not None:
+            raise TrainingError(
+                f"no intact backup to resume from: {reason}; {previous_reason.replace(candidate, previous[0])}. "
+                "Nothing was changed. Use --overwrite to start again from scratch, or another --output."
+            )
+        shutil.copyfile(previous[1], latest[1] + ".tmp")
+        os.replace(candidate, latest[0])
+        os.replace(latest[1] + ".tmp", latest[1])
+    finally:
+        if os.path.exists(candidate):
+            os.remove(candidate)
+    log(f"backup: {reason}; resuming from the previous backup, after virtual epoch {epochs}")
+    return epochs
+
+
+def model_parallel_layout_map(device_mesh):
+    """How `distribute="model"` splits the Transformer's weights.
+
+    Megatron-style tensor parallelism over the mesh axis `"model"`: the
+    query, key and value projections (separate or fused) and the first
+    feed-forward layer are split by output feature, i.e. by attention head
+    and hidden unit; the attention output projection and the second
+    feed-forward layer by input feature. Each device then holds whole heads
+    and a slice of the feed-forward units, and XLA adds one all-reduce
+    after each block. Embeddings, layer norms and the output projection are
+    replicated. Keys are regexes on variable paths
+    (`decoder_layer_0/cross_attention/query_kernel`).
+
+    Args:
+        device_mesh: a `keras.distribution.DeviceMesh` with a `"model"`
+            axis (and usually `"batch"`), or None to fill in later.
+
+    Returns:
+        A `keras.distribution.LayoutMap`.
+
+    Example:
+
+    >>> layout_map = model_parallel_layout_map(None)
+    >>> layout_map["encoder_layer_0/self_attention/query_kernel"].axes
+    (None, 'model')
+    >>> layout_map["decoder_layer_1/feed_forward/output/kernel"].axes
+    ('model', None)
+    >>> layout_map["encoder_embedding/embeddings"] is None  # replicated
+    True
+    """
+    layout_map = keras.distribution.LayoutMap(device_mesh)
+    layout_map[r".*attention/(query|key|value|qkv)_kernel"] = (None, "model")
+    layout_map[r".*attention/(query|key|value|qkv)_bias"] = ("model",)
+    layout_map[r".*attention/output_kernel"] = ("model", None)
+    layout_map[r".*feed_forward/hidden/kernel"] = (None, "model")
+    layout_map[r".*feed_forward/hidden/bias"] = ("model",)
+    layout_map[r".*feed_forward/output/kernel"] = ("model", None)
+    return layout_map
+
+
+@dataclasses.dataclass
+class _Placement:
+    """Where training runs: the scope to build the model in, and how batches split."""
+
+    scope: object = contextlib.nullcontext
+    devices: int = 1
+    batch_multiple: int = 1  # global batches are cut to a multiple of the data-parallel replicas
+    num_processes: int = 1
+    process_id: int = 0
+    distribution: object = None  # the keras.distribution set for this run (JAX)
+
+
+def _place(config, log):
+    if not config.distribute:
+        return _Placement()
+    if keras.backend.backend() == "jax":
+        return _place_on_jax(config, log)
+    return _place_on_tensorflow(config, log)
+
+
+def _place_on_jax(config, log):
+    import jax
+
+    if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")) > 1 and not jax.distributed.is_initialized():
+        # Multi-host: the coordinator address, process count and id come from
+        # KERAS_DISTRIBUTION_* environment variables (see the README).
+        keras.distribution.initialize()
+    devices = keras.distribution.list_devices()
+    processes, process_id = jax.process_count(), jax.process_index()
+    if len(devices) == 1:
+        log(f"distribute: --distribute {config.distribute} but only one device ({devices[0]}); training on it")
+        return _Placement()
+    if config.distribute == "data":
+        distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+        replicas = len(devices)
+        how = f"data parallel (keras.distribution.DataParallel) over {len(devices)} devices"
+    else:
+        per_host = len(devices) // processes
+        if config.num_heads % per_host or config.ff_dim % per_host:
+            raise TrainingError(
+                f"--distribute model splits attention heads and feed-forward units over {per_host} devices: "
+                f"--num-heads {config.num_heads} and --ff-dim {config.ff_dim} must be multiples of {per_host}."
+            )
+        mesh = keras.distribution.DeviceMesh((processes, per_host), ("batch", "model"), devices)
+        distribution = keras.distribution.ModelParallel(
+            layout_map=model_parallel_layout_map(mesh), batch_dim_name="batch", auto_shard_dataset=False
+        )
+        replicas = processes
+        how = (f"model parallel (keras.distribution.ModelParallel): kernels split over {per_host} devices"
+               + (f", data parallel over {processes} hosts" if processes > 1 else ""))
+    log(f"distribute: {how} ({', '.join(map(str, devices))}); "
+        f"{processes} process{'es' if processes > 1 else ''}, global batches split across them")
+    return _Placement(
+        devices=len(devices), batch_multiple=replicas, num_processes=processes, process_id=process_id,
+        distribution=distribution,
+    )
+
+
+def _place_on_tensorflow(config, log):
+    import tensorflow as tf
+
+    devices = [d.name for d in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
+    if len(devices) == 1:
+        log(f"distribute: --distribute {config.distribute} but only one device ({devices[0]}); training on it")
+        return _Placement()
+    strategy = tf.distribute.MirroredStrategy(devices)
+    log(f"distribute: data parallel (tf.distribute.MirroredStrategy) over {len(devices)} devices "
+        f"({', '.join(devices)}); global batches split across them")
+    return _Placement(
+        scope=strategy.scope, devices=len(devices), batch_multiple=strategy.num_replicas_in_sync
+    )
+
+
+def _for_devices(dataset, placement):
+    """Pads a pass's last, smaller batches to a multiple of the replicas, and
+    gives each host its slice of every global batch."""
+    import tensorflow as tf
+
+    multiple, processes, index = placement.batch_multiple, placement.num_processes, placement.process_id
+
+    def split(inputs, labels):
+        # Extra rows are all padding: no loss, no accuracy, no attention.
+        rows = tf.shape(labels)[0]
+        padded = rows + (-rows) % multiple
+        per_host = padded // processes
+
+        def part(tokens):
+            tokens = tf.pad(tokens, [[0, padded - rows], [0, 0]])
+            return tokens[index * per_host:(index + 1) * per_host]
+
+        return {name: part(tokens) for name, tokens in inputs.items()}, part(labels)
+
+    if multiple == 1 and processes == 1:
+        return dataset
+    return dataset.map(split)
 
 
 def _token_statistics(dataset):
@@ -293,8 +693,15 @@ def build_translator(config, **model_options):
     return model
 
 
-def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()):
+def train_translator(
+    config, overwrite=False, verbose=1, log=print, callbacks=(), sample_sentences=SAMPLE_SENTENCES
+):
     """Trains (or resumes) a translator as `config` says; returns a summary dict.
+
+    Before the first step it checks the output folder (writable, same run,
+    enough free space for the model and its backups) and the backups it
+    would resume from; a NaN or infinite loss stops training at that step
+    with a `TrainingError` and leaves the last good backup in place.
 
     Args:
         config: a `TrainConfig`.
@@ -302,24 +709,49 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         verbose: Keras' `fit` verbosity (1: a progress bar per epoch).
         log: callable for one-line progress messages.
         callbacks: extra Keras callbacks, run after the package's own.
+        sample_sentences: dev sentences translated (greedy) and scored with
+            BLEU at the end; 0 skips it. Defaults to 200.
 
     Returns:
         A dict with train/dev loss, dev token accuracy, tokens per second,
         wall time and the step count, also written to `summary.json`.
+
+    Raises:
+        TrainingError: bad settings, an unusable output folder or backup,
+            too little disk space, or a loss that stopped being finite.
     """
+    start = time.time()
+    config = config.resolved()
+    recorded_epochs = prepare_output(config, overwrite=overwrite)
+    if config.mixed_precision:
+        keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}")
+    keras.utils.set_random_seed(config.seed)
+    placement = _place(config, log)
+    previous_distribution = keras.distribution.distribution() if placement.distribution else None
+    if placement.distribution:
+        # Before the model is built: its variables are created sharded.
+        keras.distribution.set_distribution(placement.distribution)
+    try:
+        return _train(config, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences)
+    finally:
+        if placement.distribution:
+            keras.distribution.set_distribution(previous_distribution)
+
+
+def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
     import tensorflow as tf
 
     from keras_transformer.data import corpus
     from keras_transformer.data import pipeline
     from keras_transformer.data import tokenizer as tokenizer_lib
 
-    start = time.time()
-    config = config.resolved()
-    epochs_done = prepare_output(config, overwrite=overwrite)
     output = config.output
-    if config.mixed_precision:
-        keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}")
-    keras.utils.set_random_seed(config.seed)
+    with placement.scope():
+        model = build_translator(config)
+        _check_free_space(output, model.count_params())
+        epochs_done = _restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
+    random_states = _read_progress(output).get("random_states")
+    random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
     train_pairs = corpus.load_bible_pairs("train", path=config.corpus)
     dev_pairs = corpus.load_bible_pairs("dev", path=config.corpus)
@@ -337,49 +769,63 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         f"corpus: {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
         f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens"
     )
-    batching = dict(batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed)
+    batching = dict(
+        batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
+        batch_multiple=placement.batch_multiple,
+    )
     epoch_batches, epoch_tokens, padding = _token_statistics(
         pipeline.translation_dataset(train_tokens, shuffle=False, **batching)
     )
-    log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens")
+    log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
+        + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
+    # Every iterator over it yields the same batches (a stateless shuffle),
+    # so a resumed or distributed run trains on the same data.
     train_data = pipeline.translation_dataset(train_tokens, repeat=True, **batching)
-    train_data = train_data.skip(epochs_done * config.steps_per_epoch)
+    train_data = _for_devices(train_data.skip(epochs_done * config.steps_per_epoch), placement)
     dev_data = pipeline.translation_dataset(dev_tokens, shuffle=False, **batching)
     # A known length keeps Keras from warning "ran out of data" after each
     # validation pass over a bucketed dataset.
     dev_batches = _token_statistics(dev_data)[0]
-    dev_data = dev_data.apply(tf.data.experimental.assert_cardinality(dev_batches))
+    dev_data = _for_devices(dev_data, placement).apply(tf.data.experimental.assert_cardinality(dev_batches))
 
-    model = build_translator(config)
     log(
         f"model: preset {config.preset}, {model.count_params():,} parameters, "
         f"backend {keras.backend.backend()}, {config.total_steps} steps"
         + (f", resuming after epoch {epochs_done}" if epochs_done else "")
     )
     callbacks = [
-        # Backup first: the progress file must never run ahead of it.
-        keras.callbacks.BackupAndRestore(os.path.join(output, "backup"), double_checkpoint=True),
+        # Backup first: the progress file must never run ahead of it. The
+        # last backup stays after training, so a larger --epochs continues.
+        keras.callbacks.BackupAndRestore(
+            os.path.join(output, BACKUP_FOLDER), double_checkpoint=True, delete_checkpoint=False
+        ),
+        _RestoreRandomState(random_state),
         _ProgressFile(os.path.join(output, PROGRESS_FILE)),
-        keras.callbacks.CSVLogger(os.path.join(output, "log.csv"), append=True),
+        keras.callbacks.CSVLogger(os.path.join(output, LOG_FILE), append=True),
         keras.callbacks.TensorBoard(os.path.join(output, "logs")),
-        keras.callbacks.TerminateOnNaN(),
+        _StopOnNonFiniteLoss(config.steps_per_epoch),
         *callbacks,
     ]
     fit_start = time.time()
-    history = model.fit(
-        train_data,
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
-        validation_data=dev_data,
-        callbacks=callbacks,
-        shuffle=False,  # tf.data already shuffles
-        verbose=verbose,
-    )
+    try:
+        history = model.fit(
+            train_data,
+            epochs=config.epochs,
+            steps_per_epoch=config.steps_per_epoch,
+            validation_data=dev_data,
+            callbacks=callbacks,
+            shuffle=False,  # tf.data already shuffles
+            verbose=verbose,
+        )
+    except _NonFiniteLoss as stop:
+        raise _non_finite_loss_error(stop, config) from None
     fit_seconds = time.time() - fit_start
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
     dev_loss, dev_accuracy = model.evaluate(dev_data, verbose=0)
     model.save(os.path.join(output, MODEL_FILE))
-    sample = _sample_translations(model, tokenizer, dev_pairs[:SAMPLE_SENTENCES], log)
+    sample = {}
+    if sample_sentences:
+        sample = _sample_translations(model, tokenizer, dev_pairs[:sample_sentences], log)
     summary = {
         "train_loss": history.history["loss"][-1] if history.history.get("loss") else None,
         "dev_loss": float(dev_loss),
@@ -392,6 +838,7 @@ def train_translator(config, overwrite=False, verbose=1, log=print, callbacks=()
         "wall_seconds": time.time() - start,
         "parameters": model.count_params(),
         "backend": keras.backend.backend(),
+        "devices": placement.devices,
         **sample,
     }
     _write_json(os.path.join(output, SUMMARY_FILE), summary)

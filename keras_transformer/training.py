@@ -54,13 +54,39 @@ def _token_mask(y_true, padding_id):
     return ops.cast(ops.not_equal(y_true, padding_id), "float32")
 
 
+def _global_token_count(count):
+    """The real-token count of the whole global batch.
+
+    Under `tf.distribute` each replica sees a slice of the global batch,
+    Keras sums the replicas' gradients and reports the mean of their losses
+    times the number of replicas. A replica's token sum divided by the
+    global count, not its own, is then exactly its share: the gradients are
+    those of one device however the real tokens split, and so is the
+    reported loss when the replicas get as many rows each (the trainer's
+    batches ensure it). Elsewhere (one device, JAX's global arrays, torch) `count` is
+    already the global count and comes back as is.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return count
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return count
+    # stop_gradient: the all-reduce must not get a gradient all-reduce of its
+    # own, which the replicas could issue in different orders.
+    return context.all_reduce("sum", tf.stop_gradient(count))
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MaskedSparseCrossentropy(keras.losses.Loss):
     """Token-level cross-entropy from logits that ignores padding labels.
 
     The mean is over real (non-padding) target tokens of the batch, so a
-    batch's loss does not depend on how much padding it carries. Label
-    smoothing mixes the one-hot target with the uniform distribution over
+    batch's loss does not depend on how much padding it carries; under
+    `tf.distribute` it is over the real tokens of the global batch, as on
+    one device. Every real token weighs the same: `sample_weight` is
+    refused, not silently mixed in. Label smoothing mixes the one-hot target with the uniform distribution over
     the vocabulary (section 5.4 of the paper uses 0.1), computed without
     materializing one-hot labels.
 
@@ -94,7 +120,20 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
             uniform = -ops.mean(log_probs, axis=-1)
             target = (1.0 - self.label_smoothing) * target + self.label_smoothing * uniform
         mask = _token_mask(y_true, self.padding_id)
-        return ops.sum(target * mask) / ops.maximum(ops.sum(mask), 1.0)
+        return ops.sum(target * mask) / ops.maximum(_global_token_count(ops.sum(mask)), 1.0)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # `call` already returns the mean over real tokens. Keras' reduction
+        # would only rescale it: by the Keras mask of `y_pred` when there is
+        # one, and under tf.distribute by 1 / replicas on that path but not
+        # on the other, which would change the loss with the model's options.
+        if sample_weight is not None:
+            raise ValueError(
+                "MaskedSparseCrossentropy weighs every real token equally and does not take "
+                "sample_weight; padding labels (padding_id) are what it leaves out."
+            )
+        with keras.name_scope(self.name):
+            return self.call(y_true, y_pred)
 
     def get_config(self):
         config = super().get_config()

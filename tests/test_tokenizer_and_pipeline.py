@@ -195,6 +195,38 @@ def test_same_seed_same_batches_and_each_epoch_reshuffles(tokenized):
     assert first_sources(dataset) != first_epoch
 
 
+def test_every_iterator_over_a_repeated_dataset_yields_the_same_batches(tokenized):
+    # Keras may open several iterators over one dataset; a resumed or
+    # distributed run must still train on the batches of a plain run.
+    def sources(dataset, steps=40):
+        return [inputs["encoder_tokens"].numpy().tolist() for inputs, _ in dataset.take(steps)]
+
+    dataset = translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, repeat=True, seed=3)
+    first = sources(dataset)
+    assert sources(dataset) == first
+    assert sources(translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, repeat=True, seed=4)) != first
+
+
+def test_each_repeated_pass_is_a_new_permutation_of_all_pairs(tokenized):
+    from keras_transformer.data.pipeline import _stateless_shuffled_passes
+
+    num_pairs = len(tokenized)
+    pairs = [tuple(source.numpy().tolist()) for source, _ in _stateless_shuffled_passes(tokenized, 3).take(2 * num_pairs)]
+    everything = sorted(tuple(source) for source in tokenized.sources.to_list())
+    assert sorted(pairs[:num_pairs]) == sorted(pairs[num_pairs:]) == everything
+    assert pairs[:num_pairs] != pairs[num_pairs:]
+
+
+def test_batch_multiple_rounds_every_batch_size_down_to_a_multiple(tokenized):
+    for bucket in (True, False):
+        dataset = translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, bucket=bucket, repeat=True,
+                                      batch_multiple=3)
+        sizes = [len(labels) for _, labels in dataset.take(30)]
+        assert all(size % 3 == 0 for size in sizes), sizes
+    with pytest.raises(ValueError, match="batch_multiple"):
+        translation_dataset(tokenized, batch_multiple=0)
+
+
 def test_bad_arguments_raise(train_pairs, tokenizer, tokenized):
     with pytest.raises(ValueError, match="max_length"):
         tokenize_pairs(train_pairs, tokenizer, max_length=1)

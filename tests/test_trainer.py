@@ -1,14 +1,18 @@
-"""The main job on the test fixture: train, resume after a kill, refuse bad input."""
+"""The main job on the test fixture: train, resume after faults, refuse bad input."""
 
 import csv
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
+import keras
+import numpy as np
 import pytest
 
+from keras_transformer import trainer
 from keras_transformer.trainer import TrainConfig
 from keras_transformer.trainer import TrainingError
 from keras_transformer.trainer import train_translator
@@ -23,6 +27,10 @@ TINY_FLAGS = [
     "--num-heads", "2", "--ff-dim", "32", "--max-length", "48", "--vocabulary-size", "400",
     "--batch-tokens", "480", "--warmup-steps", "5",
 ]
+# 3 virtual epochs of 3 steps, with dropout (0.1), for the fault tests;
+# lengths up to 24 keep the number of compiled batch shapes small.
+RUN = dict(TINY, max_length=24, batch_tokens=240, epochs=3, steps_per_epoch=3)
+QUIET = dict(verbose=0, log=lambda message: None, sample_sentences=0)
 KILL_AT_STEP = """
 import os, signal, sys, keras
 from keras_transformer.trainer import TrainConfig, train_translator
@@ -34,12 +42,46 @@ class KillAtStep(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 config = TrainConfig(**eval(sys.argv[1]))
-train_translator(config, verbose=0, callbacks=[KillAtStep()])
+train_translator(config, verbose=0, callbacks=[KillAtStep()], sample_sentences=0)
 """
 
 
 def _run(*args, **kwargs):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def _weights(path):
+    return [keras.ops.convert_to_numpy(w) for w in keras.saving.load_model(path, compile=False).weights]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run(tmp_path_factory):
+    """`RUN` trained in one go: the reference the resumed runs must equal."""
+    output = tmp_path_factory.mktemp("uninterrupted")
+    summary = train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
+    return summary, _weights(output / "model.keras")
+
+
+@pytest.fixture(scope="module")
+def nan_stopped_run(tmp_path_factory):
+    """`RUN` whose learning rate turns NaN at its 7th step (the first of epoch 3).
+
+    The weights are NaN after step 7, so the loss of step 8 is the first
+    that is not finite. Returns the output folder and the error.
+    """
+    from keras_transformer import training
+
+    schedule = training.TransformerSchedule.__call__
+
+    def poisoned(self, step):
+        return keras.ops.where(keras.ops.greater_equal(step, 6), float("nan"), schedule(self, step))
+
+    output = tmp_path_factory.mktemp("nan")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training.TransformerSchedule, "__call__", poisoned)
+        with pytest.raises(TrainingError) as error:
+            train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
+    return output, str(error.value)
 
 
 def test_two_step_fit_writes_model_vocabulary_config_logs_and_summary(tmp_path):
@@ -51,17 +93,96 @@ def test_two_step_fit_writes_model_vocabulary_config_logs_and_summary(tmp_path):
         assert (tmp_path / name).exists(), name
 
 
-def test_killed_run_resumes_from_backup_and_ends_with_the_same_step_count(tmp_path):
-    options = dict(output=str(tmp_path), epochs=3, steps_per_epoch=3, **TINY)
+def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, uninterrupted_run):
+    options = dict(output=str(tmp_path), **RUN)
     killed = _run("-c", KILL_AT_STEP, repr(options), "5")  # mid-way through epoch 2
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert json.loads((tmp_path / "progress.json").read_text()) == {"epochs_done": 1}
+    assert json.loads((tmp_path / "progress.json").read_text())["epochs_done"] == 1
 
-    resumed = train_translator(TrainConfig(**options), verbose=0)
+    resumed = train_translator(TrainConfig(**options), **QUIET)
     assert resumed["completed_steps"] == 9
     assert resumed["trained_steps_this_run"] == 6
     with open(tmp_path / "log.csv") as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2"]
+    # Same batches, weights, optimizer state and dropout masks as one
+    # uninterrupted run: the same model, up to float32 rounding.
+    reference, reference_weights = uninterrupted_run
+    assert resumed["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
+    for got, want in zip(_weights(tmp_path / "model.keras"), reference_weights):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_run):
+    output, message = nan_stopped_run
+    assert "loss became nan at step 8" in message
+    assert "state after step 6 (virtual epoch 2)" in message
+    assert json.loads((output / "progress.json").read_text())["epochs_done"] == 2
+    assert not (output / "model.keras").exists() and not (output / "summary.json").exists()
+    # The backup is the state after epoch 2, finite, not the NaN weights.
+    model = trainer.build_translator(TrainConfig(**RUN).resolved())
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(output / "backup" / "latest.weights.h5")
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 6
+    assert all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in model.weights)
+
+
+def test_a_damaged_newest_backup_falls_back_to_the_previous_one(tmp_path, nan_stopped_run, uninterrupted_run):
+    output = tmp_path / "run"
+    shutil.copytree(nan_stopped_run[0], output)
+    latest = output / "backup" / "latest.weights.h5"
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a write cut short
+    messages = []
+    summary = train_translator(TrainConfig(output=str(output), **RUN), **{**QUIET, "log": messages.append})
+    assert any("latest.weights.h5 is unreadable" in m and "after virtual epoch 1" in m for m in messages), messages
+    assert summary["completed_steps"] == 9 and summary["trained_steps_this_run"] == 6
+    reference, reference_weights = uninterrupted_run
+    assert summary["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
+    for got, want in zip(_weights(output / "model.keras"), reference_weights):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_a_backup_cut_between_weights_and_metadata_is_not_trusted(tmp_path, nan_stopped_run):
+    # Killed after BackupAndRestore wrote epoch 2's weights but before its
+    # metadata: Keras alone would resume epoch 2's weights as if after epoch 1.
+    output = tmp_path / "run"
+    shutil.copytree(nan_stopped_run[0], output)
+    backup = output / "backup"
+    shutil.copyfile(backup / "training_metadata.json.bkp", backup / "training_metadata.json")
+    model = trainer.build_translator(TrainConfig(**RUN).resolved())
+    messages = []
+    assert trainer._restore_point(model, str(output), 3, 2, messages.append) == 1
+    assert "holds the state after step 6, but" in messages[0] and "says 1 virtual epochs" in messages[0]
+    assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 1
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 3
+
+
+def test_no_intact_backup_is_a_clear_error_that_changes_nothing(tmp_path, nan_stopped_run):
+    output = tmp_path / "run"
+    shutil.copytree(nan_stopped_run[0], output)
+    backup = output / "backup"
+    for name in ("latest.weights.h5", "latest.weights.h5.bkp"):
+        (backup / name).write_bytes(b"not an HDF5 file")
+
+    def files():  # config.json records the new --output path, a resumable change
+        return {path: path.read_bytes() for path in output.rglob("*") if path.is_file() and path.name != "config.json"}
+
+    before = files()
+    unreadable = r"no intact backup.*latest\.weights\.h5 is unreadable.*\.bkp is unreadable.*--overwrite"
+    with pytest.raises(TrainingError, match=unreadable):
+        train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
+    assert files() == before
+
+    shutil.rmtree(backup)
+    with pytest.raises(TrainingError, match="records 2 finished virtual epochs.*holds no backup"):
+        train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
+
+
+def test_too_little_disk_space_fails_before_training(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=2**20))
+    with pytest.raises(TrainingError, match=r"has 1\.0 MB free, but this run writes about .* MB"):
+        train_translator(TrainConfig(output=str(tmp_path), **RUN), **QUIET)
+    assert not any((tmp_path / name).exists() for name in ("backup", "log.csv", "vocabulary.spm", "model.keras"))
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path):
@@ -75,12 +196,15 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert indivisible.returncode == 2 and "not divisible" in indivisible.stderr
 
 
-def test_output_folder_of_a_different_run_is_refused(tmp_path):
-    train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY), verbose=0)
+def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epochs(tmp_path):
+    train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY), **QUIET)
     with pytest.raises(TrainingError, match="different run.*d_model"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **{**TINY, "d_model": 32}))
     with pytest.raises(TrainingError, match="finished run"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY))
+    # The last backup outlives the run, so raising --epochs continues from it.
+    more = train_translator(TrainConfig(output=str(tmp_path), epochs=2, steps_per_epoch=1, **TINY), **QUIET)
+    assert more["completed_steps"] == 2 and more["trained_steps_this_run"] == 1
 
 
 def test_a_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):

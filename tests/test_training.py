@@ -54,6 +54,11 @@ def test_label_smoothing_matches_keras_categorical_crossentropy(logits):
     assert got == pytest.approx(per_token[REAL].mean(), rel=1e-5)
 
 
+def test_loss_refuses_sample_weight_rather_than_mixing_it_in(logits):
+    with pytest.raises(ValueError, match="sample_weight"):
+        MaskedSparseCrossentropy()(LABELS, logits, sample_weight=np.ones(2, "float32"))
+
+
 def test_accuracy_counts_only_real_tokens():
     predictions = np.array([[5, 2, 1, 0, 4], [3, 0, 0, 8, 8]])
     logits = np.eye(9, dtype="float32")[predictions]

@@ -143,7 +143,14 @@ def padded_lengths(max_length):
 
 
 def translation_dataset(
-    tokenized, *, batch_tokens=4096, bucket=True, shuffle=True, seed=0, repeat=False
+    tokenized,
+    *,
+    batch_tokens=4096,
+    bucket=True,
+    shuffle=True,
+    seed=0,
+    repeat=False,
+    batch_multiple=1,
 ):
     """Teacher-forcing batches of about `batch_tokens` tokens each.
 
@@ -176,7 +183,15 @@ def translation_dataset(
         seed: int, shuffle seed; the same seed gives the same batches.
             Defaults to 0.
         repeat: bool, repeat forever (then pass `steps_per_epoch` to
-            `model.fit`). Defaults to False.
+            `model.fit`). Shuffled and repeated with an int `seed`, each
+            pass is a stateless permutation of (seed, pass number), so every
+            iterator over the dataset yields the same batches. Defaults to
+            False.
+        batch_multiple: int, round every batch size down to a multiple of
+            this (at least one multiple), e.g. the number of data-parallel
+            replicas, so a global batch splits evenly across devices. Only
+            the last batch of a bucket in a pass that does not repeat can be
+            smaller. Defaults to 1.
 
     Returns:
         A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
@@ -209,14 +224,21 @@ def translation_dataset(
             f"`batch_tokens` must be an int >= max_length={max_length} so that a "
             f"batch holds the longest pair; received batch_tokens={batch_tokens!r}"
         )
+    if not isinstance(batch_multiple, int) or batch_multiple < 1:
+        raise ValueError(
+            f"`batch_multiple` must be a positive int; received batch_multiple={batch_multiple!r}"
+        )
     lengths = padded_lengths(max_length)
-    batch_sizes = [batch_tokens // length for length in lengths]
+    batch_sizes = [_round_down(batch_tokens // length, batch_multiple) for length in lengths]
 
-    dataset = tf.data.Dataset.from_tensor_slices((tokenized.sources, tokenized.targets))
-    if shuffle:
-        dataset = dataset.shuffle(len(tokenized), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    if shuffle and repeat and seed is not None:
+        dataset = _stateless_shuffled_passes(tokenized, seed)
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices((tokenized.sources, tokenized.targets))
+        if shuffle:
+            dataset = dataset.shuffle(len(tokenized), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            dataset = dataset.repeat()
     dataset = dataset.map(_teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if bucket:
         dataset = dataset.bucket_by_sequence_length(
@@ -225,14 +247,14 @@ def translation_dataset(
             ),
             # Bucket i holds lengths in (lengths[i-1], lengths[i]], padded to lengths[i].
             bucket_boundaries=[length + 1 for length in lengths],
-            bucket_batch_sizes=batch_sizes + [1],
+            bucket_batch_sizes=batch_sizes + [batch_multiple],
             pad_to_bucket_boundary=True,
         )
     else:
         bucket_ids = np.searchsorted(lengths, tokenized.lengths())
         counts = np.bincount(bucket_ids, minlength=len(lengths))
         num_batches = int(np.sum(-(-counts // np.array(batch_sizes))))
-        batch_size = max(1, round(len(tokenized) / num_batches))
+        batch_size = _round_down(max(1, round(len(tokenized) / num_batches)), batch_multiple)
         dataset = dataset.padded_batch(batch_size).map(
             lambda *batch: _pad_to_multiple(batch, max_length),
             num_parallel_calls=tf.data.AUTOTUNE,
@@ -244,6 +266,29 @@ def translation_dataset(
         )
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _stateless_shuffled_passes(tokenized, seed):
+    # Every iterator over a `Dataset.shuffle` draws new seeds, and Keras may
+    # open more than one (it does under a distribution). A stateless
+    # permutation per pass, keyed by (seed, pass), gives every iterator the
+    # same endless stream, so a resumed or distributed run sees the batches
+    # of an uninterrupted one-device run.
+    num_pairs = len(tokenized)
+
+    def pair(position):
+        index = tf.random.experimental.index_shuffle(
+            position % num_pairs,
+            seed=tf.stack([tf.constant(seed, "int64"), position // num_pairs]),
+            max_index=tf.constant(num_pairs - 1, "int64"),
+        )
+        return tokenized.sources[index], tokenized.targets[index]
+
+    return tf.data.Dataset.counter().map(pair, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _round_down(size, multiple):
+    return max(multiple, size - size % multiple)
 
 
 def _teacher_forcing(source, target):
