@@ -1,0 +1,182 @@
+"""The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run."""
+
+import json
+import pathlib
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import to_numpy
+
+# `benchmarks/` sits beside the package in the repository, not inside it.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks import flops  # noqa: E402
+from benchmarks.reference_models import CONFIGS  # noqa: E402
+from benchmarks.reference_models import IMPLEMENTATIONS  # noqa: E402
+from benchmarks.reference_models import KerasHubCachedDecoder  # noqa: E402
+from benchmarks.reference_models import build_model  # noqa: E402
+from benchmarks.reference_models import parameter_counts  # noqa: E402
+from benchmarks.run import count_calls  # noqa: E402
+
+QUICK = CONFIGS["quick"]
+
+
+def _batch(rng, batch_size, source_length, target_length, vocabulary_size=QUICK["vocabulary_size"]):
+    return {
+        "encoder_tokens": rng.integers(4, vocabulary_size, size=(batch_size, source_length)).astype("int32"),
+        "decoder_tokens": rng.integers(4, vocabulary_size, size=(batch_size, target_length)).astype("int32"),
+    }
+
+
+def test_training_flops_equal_a_count_by_hand():
+    # 1 + 1 layers, d_model 4, ff_dim 8, vocabulary 10, source 3, target 2.
+    encoder = 2 * (4 * 16) * 3 + 2 * (2 * 4 * 8) * 3 + 4 * 3 * 3 * 4  # projections, feed-forward, attention
+    assert encoder == 384 + 384 + 144
+    decoder = (
+        2 * (4 * 16) * 2  # self-attention Q, K, V, O on 2 target tokens
+        + 4 * 2 * 2 * 4  # self-attention Q K^T and A V
+        + 2 * (2 * 16) * 2  # cross-attention Q, O on target tokens
+        + 2 * (2 * 16) * 3  # cross-attention K, V on 3 source tokens
+        + 4 * 2 * 3 * 4  # cross-attention Q K^T and A V
+        + 2 * (2 * 4 * 8) * 2  # feed-forward
+    )
+    assert decoder == 256 + 64 + 128 + 192 + 96 + 256
+    output = 2 * 4 * 10 * 2
+    forward = encoder + decoder + output
+    assert flops.forward_flops(1, 1, 4, 8, 10, source_length=3, target_length=2) == forward == 2064
+    assert flops.training_flops(1, 1, 4, 8, 10, 3, 2, batch_size=5) == 3 * 5 * forward
+
+
+def test_training_flops_follow_the_6n_rule_plus_attention():
+    # Equal lengths n: every token passes through its own stack once, so the
+    # matmul part is 6 * parameters * n and the rest is attention.
+    layers, d_model, ff_dim, vocabulary_size, n = 6, 512, 2048, 8000, 128
+    parameters = flops.matmul_parameters(layers, layers, d_model, ff_dim, vocabulary_size)
+    attention = 3 * 4 * n * n * d_model * (layers + 2 * layers)  # encoder self, decoder self and cross
+    assert flops.training_flops(layers, layers, d_model, ff_dim, vocabulary_size, n, n) == 6 * parameters * n + attention
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_matmul_parameters_are_the_kernels_of_each_reference_model(implementation):
+    model = build_model(implementation, QUICK, max_length=16)
+    kernels = sum(
+        int(np.prod(w.shape)) for w in model.trainable_weights if w.path.endswith("kernel")
+    )
+    expected = flops.matmul_parameters(
+        QUICK["num_layers"], QUICK["num_decoder_layers"], QUICK["d_model"], QUICK["ff_dim"], QUICK["vocabulary_size"]
+    )
+    assert kernels == expected
+
+
+def test_peak_flops_and_mfu():
+    assert flops.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert flops.peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert flops.peak_flops("NVIDIA H200") == 989e12
+    assert flops.peak_flops("AMD EPYC x 2 cores") is None
+    assert flops.model_flops_utilization(989e12 * 0.5, 1.0, 989e12) == pytest.approx(0.5)
+    assert flops.model_flops_utilization(1e12, 1.0, None) is None
+
+
+def test_reference_models_have_the_same_parameter_count():
+    counts = parameter_counts("quick", max_length=16)
+    assert set(counts) == set(IMPLEMENTATIONS)
+    assert len(set(counts.values())) == 1, counts
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_reference_models_give_logits_of_one_shape_and_train_one_step(implementation, rng):
+    model = build_model(implementation, QUICK, max_length=16)
+    inputs = _batch(rng, 2, 7, 5)
+    logits = model(inputs)
+    assert tuple(logits.shape) == (2, 5, QUICK["vocabulary_size"])
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [to_numpy(w).copy() for w in model.trainable_weights]
+    loss = model.train_on_batch(inputs, inputs["decoder_tokens"])
+    assert np.isfinite(loss)
+    assert any(not np.array_equal(b, to_numpy(w)) for b, w in zip(before, model.trainable_weights))
+
+
+def test_tutorial_model_honours_padding(rng):
+    # The tutorial's masks come from Embedding(mask_zero=True) alone: more
+    # padding after the source must not change any logit.
+    model = build_model("tutorial", QUICK, max_length=16, dropout=0.0)
+    inputs = _batch(rng, 1, 6, 4)
+    inputs["encoder_tokens"][:, 4:] = 0
+    longer = np.concatenate([inputs["encoder_tokens"], np.zeros((1, 3), "int32")], axis=1)
+    padded_more = {**inputs, "encoder_tokens": longer}
+    np.testing.assert_allclose(to_numpy(model(inputs)), to_numpy(model(padded_more)), rtol=1e-5, atol=1e-5)
+
+
+def test_keras_hub_cache_gives_the_greedy_tokens_of_a_full_forward_pass(rng):
+    from keras_transformer.data.special_tokens import START_ID
+    from keras_transformer.decoding import greedy_search
+
+    model = build_model("keras_hub", QUICK, max_length=16, dropout=0.0)
+    source = _batch(rng, 2, 5, 1)["encoder_tokens"]
+    source[0, 3:] = 0
+    tokens = greedy_search(KerasHubCachedDecoder(model, max_length=5), source, max_new_tokens=4, stop_at_end=False)
+    # One forward pass over the generated prefix (teacher forcing) must pick
+    # the same token at every position as the cached step did.
+    prefix = np.concatenate([np.full((2, 1), START_ID, "int32"), tokens[:, :-1]], axis=1)
+    logits = to_numpy(model({"encoder_tokens": source, "decoder_tokens": prefix}))
+    logits[..., [0, START_ID]] = -np.inf  # greedy_search never emits padding or the start token
+    np.testing.assert_array_equal(np.argmax(logits, axis=-1), tokens)
+
+
+def test_training_step_is_traced_once_per_batch_shape(rng):
+    if keras.backend.backend() == "torch":
+        pytest.skip("torch trains eagerly (jit_compile='auto' is False on torch): the Python step runs every "
+                    "batch, there is no trace to reuse or to repeat")
+    model = build_model("keras_transformer", QUICK, max_length=16)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    calls = count_calls(model)
+
+    def fit(length, batches=6):
+        inputs = _batch(rng, 2 * batches, length, length)
+        before = calls["count"]
+        model.fit(inputs, inputs["decoder_tokens"], batch_size=2, epochs=1, shuffle=False, verbose=0)
+        return calls["count"] - before
+
+    # The first fit also calls the model once symbolically to build metrics.
+    assert fit(6) <= 2, "six batches of one shape must not trace six times"
+    assert fit(6) == 0, "same shape: the traced step is reused"
+    assert fit(8) == 1, "a new shape traces once (TensorFlow then relaxes the shape)"
+    assert fit(6) == 0, "a shape seen before is not traced again"
+
+
+def test_quick_run_through_the_cli_writes_json_and_markdown(tmp_path):
+    from keras_transformer.cli import main
+
+    out = tmp_path / "bench"
+    main(["bench", "--quick", "--implementations", "keras_transformer", "tutorial", "--phases", "train",
+          "--repeats", "1", "--out", str(out)])
+    report = json.loads((out / "results.json").read_text())
+    assert report["meta"]["config"] == "quick"
+    rows = {row["implementation"]: row for row in report["results"]}
+    assert set(rows) == {"keras_transformer", "tutorial"}
+    for row in rows.values():
+        assert row["train"]["tokens_per_second"] > 0
+        assert row["train"]["flops_per_step"] > 0
+        if keras.backend.backend() != "torch":
+            assert row["train"]["traces_timed"] == 0
+    assert report["ratios"]["median"]["16"]["train_speedup_vs_tutorial"] > 0
+    assert report["results"][0]["train"]["tokens_per_second_cpu"] > 0
+    table = (out / "results.md").read_text()
+    assert "| `keras_transformer` |" in table and "| `tutorial` |" in table
+
+
+@pytest.mark.slow
+def test_full_quick_run_covers_every_implementation_and_phase(tmp_path):
+    from benchmarks import run
+
+    report = run.run(run.parse_args(["--quick", "--out", str(tmp_path)]))
+    rows = {row["implementation"]: row for row in report["results"]}
+    assert set(rows) == set(IMPLEMENTATIONS)
+    assert rows["keras_transformer"]["decode"]["cached_tokens_per_second"] > 0
+    assert rows["keras_hub"]["decode"]["cached_tokens_per_second"] > 0
+    assert "cached_tokens_per_second" not in rows["tutorial"]["decode"]
+    assert (tmp_path / "results.md").is_file()
