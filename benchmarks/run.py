@@ -26,7 +26,7 @@ with `--threads 1`).
   each on the same `greedy_search` loop, and for all three the uncached
   loop that re-runs the whole model on the prefix at every step (what the
   tutorial does; `keras.layers.MultiHeadAttention` has no cache).
-- peak memory of building, compiling and the warm-up training epochs, over
+- peak memory of building, compiling and the warm-up training epoch, over
   what was in use before: the allocator's peak on a GPU (TensorFlow and
   torch reset it per implementation; JAX cannot reset it, so a number
   below an earlier implementation's peak reads too high), the growth of
@@ -405,14 +405,11 @@ class _Subject:
                 )
                 self.traces = count_calls(self.model)
                 self.timer = _EpochTimer(self.traces)
-                # Warm-up: the first fit traces and compiles; the first epoch
-                # of a second fit call is still slow on TensorFlow (~0.5 s).
-                self.fit_epoch()
-                self.fit_epoch()
+                self.fit_epoch()  # warm-up: tracing, compilation
         if "train" in args.phases:
             self.result["memory"] = dict(
                 peak_bytes=memory.peak_bytes, method=memory.method,
-                phase="build, compile and the warm-up epochs of training",
+                phase="build, compile and the warm-up epoch of training",
             )
 
     def fit_epoch(self):
@@ -429,7 +426,10 @@ def _decode_jit(args):
 
 
 def _time_training(subjects, args, device, seq_len):
-    for _ in range(args.repeats):
+    # One untimed round after all are built: the first epoch of a second
+    # `fit` call is still slow on TensorFlow, and the first round pays page
+    # faults for memory that later rounds reuse (up to 2x the CPU time).
+    for _ in range(1 + args.repeats):
         for subject in subjects:
             subject.fit_epoch()
     config = CONFIGS[args.config]
@@ -595,8 +595,9 @@ def benchmark_seq_len(seq_len, args, device, log=print):
     """Every implementation and phase at one sequence length, repeats interleaved.
 
     All implementations are built first (each one's build, compile and
-    warm-up epochs measured for memory), then each phase times them in
-    turn, one repeat of each before the next repeat of any.
+    warm-up epoch measured for memory; on a CPU after an untimed stand-in
+    has taken the one-off growth), then each phase times them in turn, one
+    repeat of each before the next repeat of any.
 
     Args:
         seq_len: int, source and target length.
@@ -609,6 +610,15 @@ def benchmark_seq_len(seq_len, args, device, log=print):
     """
     started = time.perf_counter()
     subjects = []
+    if device["accelerator"] is None and not args.quick:
+        # A stand-in, built first and kept until the end, untimed and not
+        # reported: on a CPU, where memory is the process's RSS growth, it
+        # takes the one-off growth (allocator arenas, kernel caches) that
+        # the first implementation would otherwise be charged (~0.5 GB on
+        # TensorFlow at the small config).
+        stand_in = _Subject(args.implementations[0], seq_len, args, device)
+        log(f"    built a stand-in {args.implementations[0]} for the one-off memory growth "
+            f"({time.perf_counter() - started:.0f} s)")
     for implementation in args.implementations:
         subjects.append(_Subject(implementation, seq_len, args, device))
         log(f"    built {implementation} ({time.perf_counter() - started:.0f} s)")
@@ -623,6 +633,7 @@ def benchmark_seq_len(seq_len, args, device, log=print):
             log(f"    {phase} timed ({time.perf_counter() - started:.0f} s)")
     results = [subject.result for subject in subjects]
     del subjects
+    stand_in = None
     gc.collect()
     keras.backend.clear_session()
     return results

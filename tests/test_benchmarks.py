@@ -152,21 +152,51 @@ def test_quick_run_through_the_cli_writes_json_and_markdown(tmp_path):
     from keras_transformer.cli import main
 
     out = tmp_path / "bench"
-    main(["bench", "--quick", "--implementations", "keras_transformer", "tutorial", "--phases", "train",
-          "--repeats", "1", "--out", str(out)])
+    main(["bench", "--quick", "--implementations", "keras_transformer", "--phases", "train", "--repeats", "1",
+          "--out", str(out)])
     report = json.loads((out / "results.json").read_text())
     assert report["meta"]["config"] == "quick"
-    rows = {row["implementation"]: row for row in report["results"]}
-    assert set(rows) == {"keras_transformer", "tutorial"}
-    for row in rows.values():
-        assert row["train"]["tokens_per_second"] > 0
-        assert row["train"]["flops_per_step"] > 0
-        if keras.backend.backend() != "torch":
-            assert row["train"]["traces_timed"] == 0
-    assert report["ratios"]["median"]["16"]["train_speedup_vs_tutorial"] > 0
-    assert report["results"][0]["train"]["tokens_per_second_cpu"] > 0
-    table = (out / "results.md").read_text()
-    assert "| `keras_transformer` |" in table and "| `tutorial` |" in table
+    (row,) = report["results"]
+    assert row["implementation"] == "keras_transformer"
+    assert row["train"]["tokens_per_second"] > 0 and row["train"]["tokens_per_second_cpu"] > 0
+    assert row["train"]["flops_per_step"] == flops.training_flops(1, 1, 32, 2 * 32, 256, 16, 16, row["batch_size"])
+    if keras.backend.backend() != "torch":
+        assert row["train"]["traces_timed"] == 0
+    assert "| `keras_transformer` |" in (out / "results.md").read_text()
+
+
+def _fake_row(implementation, train_seconds, cached_seconds=None, uncached_seconds=4.0):
+    decode = {"uncached_tokens_per_second": 8 / uncached_seconds, "uncached_seconds_repeats": [uncached_seconds]}
+    if cached_seconds:
+        decode.update(cached_tokens_per_second=8 / cached_seconds, cached_seconds_repeats=[cached_seconds])
+    return {
+        "implementation": implementation, "seq_len": 16, "batch_size": 2, "parameters": 10,
+        "train": {"tokens_per_second": 64 / train_seconds, "seconds_per_step_repeats": [train_seconds, 2 * train_seconds],
+                  "cpu_seconds_per_step_repeats": [train_seconds / 2] * 2, "traces_timed": 0},
+        "decode": {"new_tokens": 4, "batch_size": 2, **decode},
+    }
+
+
+def test_ratios_and_tables_compare_every_implementation_with_this_package(tmp_path):
+    from benchmarks import run
+
+    results = [_fake_row("keras_transformer", 1.0, cached_seconds=0.5), _fake_row("keras_hub", 2.0, 1.0),
+               _fake_row("tutorial", 4.0)]
+    report = {"meta": {"device": {"backend": "jax", "accelerator": None, "name": "cpu"}, "config": "quick",
+                       "config_values": {}, "precision": "float32", "jit_compile": "auto", "dropout": 0.0,
+                       "repeats": 2, "steps": 1, "decode_repeats": 1, "keras": "3", "keras_hub": "0"},
+              "results": results}
+    table = run.write_report(report, str(tmp_path))
+    ratios = report["ratios"]["median"]["16"]
+    assert ratios["train_speedup_vs_keras_hub"] == pytest.approx(2.0)
+    assert ratios["train_speedup_vs_tutorial"] == pytest.approx(4.0)
+    assert ratios["cached_decode_speedup_vs_tutorial_uncached"] == pytest.approx(8.0)
+    assert ratios["cached_decode_speedup_vs_keras_hub_cached"] == pytest.approx(2.0)
+    # The fastest repeat is the first; CPU time is half the wall time.
+    assert report["ratios"]["best"]["16"]["train_speedup_vs_keras_hub"] == pytest.approx(2.0)
+    assert results[0]["train"]["tokens_per_second_cpu"] == pytest.approx(2 * 64 * 1.5)
+    assert "| `tutorial` | 10 | 16 | 4.00x |" in table and "no cache" in table
+    assert (tmp_path / "results.md").read_text() == table
 
 
 @pytest.mark.slow
