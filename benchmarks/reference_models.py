@@ -34,6 +34,7 @@ import numpy as np
 from keras import ops
 
 import keras_transformer as kt
+from keras_transformer.decoding import compile_function
 
 IMPLEMENTATIONS = ("keras_transformer", "keras_hub", "tutorial")
 
@@ -385,34 +386,6 @@ class KerasHubCachedDecoder:
             )
             updated.append(cache)
         return ops.cast(self.output_projection(x)[:, -1], "float32"), updated
-
-
-def compile_function(function):
-    """`function` compiled by XLA on JAX and TensorFlow; unchanged on torch.
-
-    Args:
-        function: a function of tensors (and lists of tensors).
-
-    Returns:
-        The compiled function (`jax.jit` or `tf.function(jit_compile=True)`),
-        or `function` itself on torch.
-
-    Example:
-
-    >>> double = compile_function(lambda x: x * 2)
-    >>> float(ops.convert_to_numpy(double(ops.ones(()))))
-    2.0
-    """
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return jax.jit(function)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(function, jit_compile=True, reduce_retracing=True)
-    return function
 
 
 def parameter_counts(config, max_length=512, dropout=0.1):

@@ -27,6 +27,37 @@ _TRANSFORMER_LAYERS = ("encoder_embedding", "encoder_padding_mask", "encoder_lay
                        "decoder_embedding", "decoder_layer_0")
 
 
+def compile_function(function):
+    """`function` compiled by XLA on JAX and TensorFlow; unchanged on torch.
+
+    Decoding steps are plain functions of tensors, outside `model.fit`, so
+    they get no compilation unless asked; this is the one place that asks.
+
+    Args:
+        function: a function of tensors (and lists of tensors).
+
+    Returns:
+        The compiled function (`jax.jit` or `tf.function(jit_compile=True,
+        reduce_retracing=True)`), or `function` itself on torch.
+
+    Example:
+
+    >>> double = compile_function(lambda x: x * 2)
+    >>> float(keras.ops.convert_to_numpy(double(keras.ops.ones(()))))
+    2.0
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=True, reduce_retracing=True)
+    return function
+
+
 def _layers_named(model, prefix):
     layers = [layer for layer in model.layers if layer.name.startswith(prefix)]
     return sorted(layers, key=lambda layer: int(layer.name.rsplit("_", 1)[1]))
@@ -244,20 +275,7 @@ class CachedDecoder:
             [encoder_output, model.get_layer("encoder_padding_mask").output],
             name="encoder",
         )
-        self._step = self._compiled(self._step_tensors) if jit_compile else self._step_tensors
-
-    @staticmethod
-    def _compiled(function):
-        backend = keras.backend.backend()
-        if backend == "jax":
-            import jax
-
-            return jax.jit(function)
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            return tf.function(function, jit_compile=True, reduce_retracing=True)
-        return function
+        self._step = compile_function(self._step_tensors) if jit_compile else self._step_tensors
 
     def start(self, encoder_tokens):
         """Encodes the source once and returns the initial `DecoderState`.
