@@ -275,7 +275,9 @@ class CachedDecoder:
             [encoder_output, model.get_layer("encoder_padding_mask").output],
             name="encoder",
         )
+        self.jit_compile = jit_compile
         self._step = compile_function(self._step_tensors) if jit_compile else self._step_tensors
+        self._greedy_loops = {}
 
     def start(self, encoder_tokens):
         """Encodes the source once and returns the initial `DecoderState`.
@@ -313,6 +315,54 @@ class CachedDecoder:
         index = ops.convert_to_tensor(index, "int32")
         logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
         return logits, dataclasses.replace(state, caches=list(caches))
+
+    def _greedy_loop(self, max_new_tokens, stop_at_end):
+        """The compiled (or eager) `greedy_search_on_device` loop, made once per setting."""
+        key = (max_new_tokens, stop_at_end)
+        if key not in self._greedy_loops:
+
+            def loop(encoder_tokens):
+                return self._greedy_tensors(encoder_tokens, max_new_tokens, stop_at_end)
+
+            self._greedy_loops[key] = compile_function(loop) if self.jit_compile else loop
+        return self._greedy_loops[key]
+
+    def _greedy_tensors(self, encoder_tokens, max_new_tokens, stop_at_end):
+        state = self.start(encoder_tokens)
+        batch = ops.shape(encoder_tokens)[0]
+        vocabulary = self.embedding.vocabulary_size
+        never = ops.convert_to_tensor(np.isin(np.arange(vocabulary), [PAD_ID, START_ID]))
+        columns = ops.arange(max_new_tokens, dtype="int32")
+
+        def keep_going(index, tokens, finished, generated, caches):
+            going = ops.less(index, max_new_tokens)
+            if stop_at_end:
+                going = ops.logical_and(going, ops.logical_not(ops.all(finished)))
+            return going
+
+        def step(index, tokens, finished, generated, caches):
+            logits, caches = self._step_tensors(
+                tokens, index, caches, state.cross_caches, state.encoder_mask
+            )
+            best = ops.cast(ops.argmax(ops.where(never[None, :], float("-inf"), logits), axis=-1), "int32")
+            best = ops.where(finished, PAD_ID, best)
+            generated = ops.where(ops.equal(columns[None, :], index), best[:, None], generated)
+            if stop_at_end:
+                finished = ops.logical_or(finished, ops.equal(best, END_ID))
+            return index + 1, best[:, None], finished, generated, list(caches)
+
+        index, _, _, generated, _ = ops.while_loop(
+            keep_going,
+            step,
+            (
+                ops.convert_to_tensor(0, "int32"),
+                ops.full((batch, 1), START_ID, "int32"),
+                ops.zeros((batch,), "bool"),
+                ops.zeros((batch, max_new_tokens), "int32"),
+                list(state.caches),
+            ),
+        )
+        return generated, index
 
     def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask):
         """`next_logits` on plain tensors and lists, so XLA can compile it."""
@@ -404,6 +454,56 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
                 break
         tokens = best[:, None]
     return np.stack(generated, axis=1)
+
+
+def greedy_search_on_device(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True):
+    """Greedy decoding as one loop on the device: no host round trip per token.
+
+    The same search as `greedy_search` (token for token), written with
+    `keras.ops.while_loop` so that the whole loop, encoder included, is one
+    compiled program when `decoder` was built with `jit_compile=True`
+    (`jax.jit` / XLA on TensorFlow; torch runs the loop eagerly). The host
+    loop of `greedy_search` copies each step's logits to NumPy, which costs
+    a device sync per token; this one copies the tokens once at the end.
+    A compiled loop is kept per `(max_new_tokens, stop_at_end)` and
+    retraced per batch size and source length.
+
+    Args:
+        decoder: a `CachedDecoder`.
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+        max_new_tokens: as in `greedy_search`.
+        stop_at_end: as in `greedy_search`; the loop ends when every
+            sequence has produced `END_ID`.
+
+    Returns:
+        int NumPy `(batch, steps)`, as `greedy_search`.
+
+    Raises:
+        TypeError, ValueError: as `greedy_search`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> decoder = CachedDecoder(model)
+    >>> source = np.array([[5, 6, 0], [7, 8, 9]])
+    >>> bool((greedy_search_on_device(decoder, source, max_new_tokens=5)
+    ...       == greedy_search(decoder, source, max_new_tokens=5)).all())
+    True
+    """
+    if not isinstance(decoder, CachedDecoder):
+        raise TypeError(
+            f"greedy_search_on_device: `decoder` must be a CachedDecoder, got {type(decoder).__name__}."
+        )
+    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, "greedy_search_on_device")
+    max_new_tokens = max_new_tokens or decoder.max_length - 1
+    _check_budget(max_new_tokens, decoder.max_length)
+    generated, steps = decoder._greedy_loop(max_new_tokens, stop_at_end)(
+        ops.convert_to_tensor(encoder_tokens, "int32")
+    )
+    return ops.convert_to_numpy(generated)[:, : int(ops.convert_to_numpy(steps))]
 
 
 def greedy_search_uncached(model, encoder_tokens, max_new_tokens, stop_at_end=True):

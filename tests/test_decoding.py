@@ -9,6 +9,7 @@ from keras_transformer.data.special_tokens import START_ID
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
+from keras_transformer.decoding import greedy_search_on_device
 from keras_transformer.decoding import greedy_search_uncached
 
 SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16]], "int32")
@@ -74,3 +75,23 @@ def test_compiled_step_gives_the_same_tokens_as_the_eager_step(model):
     eager = greedy_search(CachedDecoder(model), SOURCE, max_new_tokens=6, stop_at_end=False)
     compiled = greedy_search(CachedDecoder(model, jit_compile=True), SOURCE, max_new_tokens=6, stop_at_end=False)
     np.testing.assert_array_equal(compiled, eager)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_the_on_device_loop_gives_the_host_loops_tokens(model, jit_compile):
+    decoder = CachedDecoder(model, jit_compile=jit_compile)
+    for stop_at_end in (False, True):
+        np.testing.assert_array_equal(
+            greedy_search_on_device(decoder, SOURCE, max_new_tokens=7, stop_at_end=stop_at_end),
+            greedy_search(decoder, SOURCE, max_new_tokens=7, stop_at_end=stop_at_end),
+        )
+
+
+def test_the_on_device_loop_stops_when_every_row_has_ended():
+    model = kt.models.transformer(40, 40, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=12)
+    bias = model.get_layer("output_projection").bias
+    bias.assign(keras.ops.convert_to_numpy(bias) + np.eye(40, dtype="float32")[END_ID] * 2.0)
+    decoder = CachedDecoder(model, jit_compile=True)
+    host = greedy_search(decoder, SOURCE, max_new_tokens=10)
+    assert host.shape[1] < 10 and (host == END_ID).any(axis=1).all(), "the test needs every row to end early"
+    np.testing.assert_array_equal(greedy_search_on_device(decoder, SOURCE, max_new_tokens=10), host)

@@ -53,6 +53,14 @@ def test_beam_width_one_translates_like_greedy(run_dir, translator):
     assert all(isinstance(text, str) for text in wide(SENTENCES))
 
 
+def test_compiled_decoding_with_bucketed_sources_translates_the_same(run_dir, translator):
+    compiled = Translator.from_directory(str(run_dir), max_new_tokens=6, jit_compile=True)
+    source = compiled._source_tokens(SENTENCES)
+    assert source.shape[1] % 16 == 0 or source.shape[1] == compiled.max_length
+    assert compiled(SENTENCES) == translator(SENTENCES)
+    assert compiled(SENTENCES[1]) == translator(SENTENCES[1])
+
+
 def test_a_vocabulary_of_another_size_is_refused(translator):
     from keras_transformer.data.tokenizer import load_tokenizer
     from keras_transformer.data.tokenizer import train_tokenizer
