@@ -234,3 +234,14 @@ def test_the_input_pipeline_benchmark_compares_the_same_batches_live_and_from_me
     assert report["live_over_cached"] == pytest.approx(
         report["median_seconds_per_batch"]["live"] / report["median_seconds_per_batch"]["cached"])
     assert "Verdict:" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.profiler")
+def test_the_step_profile_accounts_for_the_whole_step_and_finds_the_matmuls(tmp_path):
+    from benchmarks import profile_step
+
+    report = profile_step.main(["--config", "quick", "--seq-len", "16", "--batch-tokens", "256", "--steps", "2",
+                                "--out", str(tmp_path)])
+    assert sum(report["categories"].values()) == pytest.approx(report["seconds_per_step"])
+    assert report["categories"]["matmul"] > 0 and report["categories"]["normalization"] > 0
+    assert "| matmul |" in (tmp_path / "results.md").read_text()
