@@ -59,7 +59,13 @@ def category(name):
 
 
 def parse_args(argv=None):
-    """The command line of `python -m benchmarks.profile_step`."""
+    """The command line of `python -m benchmarks.profile_step`.
+
+    Example:
+
+    >>> parse_args(["--config", "quick"]).steps
+    3
+    """
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_step", description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small", help="(default: %(default)s)")
     parser.add_argument("--seq-len", type=int, default=128, help="(default: %(default)s)")
