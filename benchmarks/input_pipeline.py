@@ -25,7 +25,6 @@ Needs TensorFlow (the pipeline is `tf.data`); the model runs on whatever
 """
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -38,6 +37,7 @@ from benchmarks.reference_models import build_model
 from benchmarks.run import OURS
 from benchmarks.run import describe_device
 from benchmarks.run import limit_threads
+from benchmarks.run import save_results
 
 
 def parse_args(argv=None):
@@ -252,12 +252,7 @@ def main(argv=None):
     """Runs the benchmark and writes `results.json` and `results.md`; returns the report."""
     args = parse_args(argv)
     report = measure(args)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    table = markdown_table(report)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    print(table)
+    print(save_results(report, markdown_table(report), args.out))
     return report
 
 

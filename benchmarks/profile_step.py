@@ -14,8 +14,6 @@ compiler fusing them out of sight.
 
 import argparse
 import collections
-import json
-import os
 
 import keras
 import numpy as np
@@ -26,6 +24,7 @@ from benchmarks.reference_models import build_model
 from benchmarks.run import OURS
 from benchmarks.run import describe_device
 from benchmarks.run import limit_threads
+from benchmarks.run import save_results
 
 # Operator name fragments -> category; the first match wins.
 CATEGORIES = (
@@ -160,13 +159,7 @@ def main(argv=None):
     """Profiles, writes `results.json` and `results.md`, prints the table; returns the report."""
     args = parse_args(argv)
     report = profile(args)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    table = markdown_table(report)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    print(table)
+    print(save_results(report, markdown_table(report), args.out))
     return report
 
 

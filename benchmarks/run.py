@@ -894,10 +894,34 @@ def write_report(report, out):
     """
     add_derived_rates(report["results"])
     report["ratios"] = {statistic: summary_ratios(report["results"], statistic) for statistic in STATISTICS}
+    return save_results(report, markdown_table(report), out)
+
+
+def save_results(report, table, out):
+    """Writes `report` to `out/results.json` and `table` to `out/results.md`.
+
+    Every benchmark script leaves its results in this pair of files.
+
+    Args:
+        report: a JSON-serializable dict.
+        table: str, the Markdown report.
+        out: str, folder (created if needed).
+
+    Returns:
+        `table`.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> save_results({"a": 1}, "| a |", folder)
+    '| a |'
+    >>> sorted(os.listdir(folder))
+    ['results.json', 'results.md']
+    """
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(report, f, indent=2)
-    table = markdown_table(report)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(table)
     return table
