@@ -120,7 +120,10 @@ class MaskedSparseCrossentropy(keras.losses.Loss):
             uniform = -ops.mean(log_probs, axis=-1)
             target = (1.0 - self.label_smoothing) * target + self.label_smoothing * uniform
         mask = _token_mask(y_true, self.padding_id)
-        return ops.sum(target * mask) / ops.maximum(_global_token_count(ops.sum(mask)), 1.0)
+        # Selected, not multiplied: padded positions carry no meaning, and a
+        # non-finite value there must not reach the loss (NaN * 0 is NaN).
+        target = ops.where(mask > 0, target, ops.zeros_like(target))
+        return ops.sum(target) / ops.maximum(_global_token_count(ops.sum(mask)), 1.0)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # `call` already returns the mean over real tokens. Keras' reduction

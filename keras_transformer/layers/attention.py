@@ -124,7 +124,10 @@ class MultiHeadAttention(keras.layers.Layer):
       calls `keras.ops.dot_product_attention` (flash attention where the
       backend and device allow); otherwise it takes the explicit softmax
       path. Softmax runs in float32 under mixed precision on both paths.
-    - A query row whose keys are all masked gives zeros, not NaN.
+    - A query row whose keys are all masked, and a padded query, give
+      zeros, never NaN, whatever the kernel: such rows reach the kernel
+      with keys to attend to and are selected away after it (fused kernels
+      return NaN for rows with no visible key).
 
     Args:
         num_heads: int, number of attention heads.
@@ -148,8 +151,10 @@ class MultiHeadAttention(keras.layers.Layer):
             initializer is used as is (Glorot on the fused matrix then
             counts the fan-out three times: the mistake the tutorials show).
         logit_scale: `"sqrt"` (default), `"linear"` or a float.
-        flash_attention: passed to `keras.ops.dot_product_attention`;
-            None (default) lets the backend decide.
+        flash_attention: None (default) lets `keras.ops.dot_product_attention`
+            pick the kernel (fused on GPUs); True asks it for flash attention;
+            False takes the explicit float32-softmax path on every backend,
+            the fallback if a fused kernel misbehaves on some device.
         seed: int, seed of the attention dropout. Defaults to None.
         **kwargs: other `keras.layers.Layer` arguments.
 
@@ -442,10 +447,14 @@ class MultiHeadAttention(keras.layers.Layer):
             k, v = cache[:, 0], cache[:, 1]
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        # The query padding mask never enters the kernel's mask: a padded
+        # query would be a row with no visible key, for which fused kernels
+        # (cuDNN, SDPA) return NaN, and a NaN at a padded position reaches
+        # every real position of the next layer through its values. Padded
+        # queries attend like real ones and are zeroed afterwards instead.
         fast_causal = (
             use_causal_mask
             and cache_index is None
-            and query_mask is None
             and key_mask is None
             and attention_mask is None
         )
@@ -454,14 +463,27 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = merge_attention_masks(
                 query_length,
                 key_length,
-                query_mask=query_mask,
                 key_mask=key_mask,
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
                 cache_index=cache_index,
             )
-        explicit = return_attention_scores or (
-            training and self.attention_dropout > 0.0
+        # True for query rows that get an output; the others become zeros.
+        answered = None
+        if mask is not None:
+            has_key = ops.any(mask, axis=-1)
+            # A row with no visible key (an empty source, an explicit mask)
+            # sees every key in the kernel, so it stays finite, and is then
+            # selected away: NaN * 0 would be NaN, `where` is not.
+            mask = ops.logical_or(mask, ops.logical_not(has_key)[..., None])
+            answered = has_key
+        if query_mask is not None:
+            query_mask = ops.cast(query_mask, "bool")
+            answered = query_mask if answered is None else ops.logical_and(answered, query_mask)
+        explicit = (
+            return_attention_scores
+            or self.flash_attention is False
+            or (training and self.attention_dropout > 0.0)
         )
         if explicit:
             outputs, scores = self._explicit_attention(
@@ -477,12 +499,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 is_causal=fast_causal,
                 flash_attention=self.flash_attention,
             )
-        if mask is not None:
-            # Rows with no visible key: zeros, not an average of masked keys.
-            has_key = ops.cast(ops.any(mask, axis=-1), outputs.dtype)
-            outputs = outputs * has_key[:, :, None, None]
-            if explicit:
-                scores = scores * ops.cast(has_key, scores.dtype)[:, None, :, None]
+        if answered is not None:
+            answered = ops.broadcast_to(answered, ops.shape(outputs)[:2])
+            outputs = ops.where(answered[:, :, None, None], outputs, ops.zeros_like(outputs))
+            if return_attention_scores:
+                scores = ops.where(answered[:, None, :, None], scores, ops.zeros_like(scores))
 
         outputs = ops.reshape(
             outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,)

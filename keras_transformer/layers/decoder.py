@@ -34,7 +34,8 @@ class DecoderLayer(ResidualBlock):
         output_initializer: initializer of W_O and of the feed-forward's
             output kernel.
         bias_initializer: initializer of all biases. Defaults to zeros.
-        fused_qkv, qkv_initializer, logit_scale: see `MultiHeadAttention`.
+        fused_qkv, qkv_initializer, logit_scale, flash_attention: see
+            `MultiHeadAttention`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:

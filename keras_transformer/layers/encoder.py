@@ -36,7 +36,8 @@ class EncoderLayer(ResidualBlock):
             output kernel, the two projections that write into the residual
             stream.
         bias_initializer: initializer of all biases. Defaults to zeros.
-        fused_qkv, qkv_initializer, logit_scale: see `MultiHeadAttention`.
+        fused_qkv, qkv_initializer, logit_scale, flash_attention: see
+            `MultiHeadAttention`.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:

@@ -48,6 +48,7 @@ class ResidualBlock(keras.layers.Layer):
         fused_qkv=False,
         qkv_initializer=None,
         logit_scale="sqrt",
+        flash_attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -83,6 +84,7 @@ class ResidualBlock(keras.layers.Layer):
         self.fused_qkv = fused_qkv
         self.qkv_initializer = get_qkv_initializer(qkv_initializer)
         self.logit_scale = logit_scale
+        self.flash_attention = flash_attention
 
     @property
     def key_dim(self):
@@ -131,6 +133,7 @@ class ResidualBlock(keras.layers.Layer):
             fused_qkv=self.fused_qkv,
             qkv_initializer=self.qkv_initializer,
             logit_scale=self.logit_scale,
+            flash_attention=self.flash_attention,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -185,6 +188,7 @@ class ResidualBlock(keras.layers.Layer):
                 "fused_qkv": self.fused_qkv,
                 "qkv_initializer": serialize_qkv_initializer(self.qkv_initializer),
                 "logit_scale": self.logit_scale,
+                "flash_attention": self.flash_attention,
             }
         )
         for name in _INITIALIZER_OPTIONS:
