@@ -1,0 +1,383 @@
+"""The one command that checks what GPU users run, in bfloat16.
+
+    KERAS_BACKEND=jax python -m benchmarks.gpu_check --out benchmarks/results/gpu-check-jax
+    KERAS_BACKEND=torch python -m benchmarks.gpu_check --out benchmarks/results/gpu-check-torch
+
+Three checks, each printed as it finishes; any non-finite value or a check
+that fails makes the exit status non-zero. Needs no TensorFlow (a JAX or
+torch GPU machine with the carried wheels: see benchmarks/README.md).
+
+1. **attention**: `kt.layers.MultiHeadAttention` under `mixed_bfloat16`, on
+   the kernel the backend picks (cuDNN / SDPA fused attention on a GPU),
+   against the same layer's explicit float32-softmax path
+   (`flash_attention=False`): forward outputs and the gradients with
+   respect to the inputs, for every length 8, 16, ..., 256, for self-,
+   causal and cross-attention, without padding and with rows padded to 3/4,
+   1/2 and 0 (an empty row) of the length. Outputs at real positions must
+   agree within bfloat16 tolerance and everything must be finite. Beside it,
+   the raw kernel (`keras.ops.dot_product_attention`) with a mask that
+   leaves one query row without keys: what a fused kernel does there (NaN
+   is what the layer guards against).
+2. **train**: `keras-transformer train` as a GPU user runs it (the base
+   preset, bfloat16, the embedded corpus, the trainer's own input pipeline)
+   for `--steps` steps in virtual epochs of 25, printing the training and dev
+   loss of every 25 steps; they must be finite, and the last training loss
+   below the first.
+3. **decode**: greedy tokens of the trained model with the KV cache equal
+   those of the uncached loop that re-runs the whole model, on dev sources.
+"""
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+import keras
+import numpy as np
+from keras import ops
+
+LENGTHS = tuple(range(8, 257, 8))
+KINDS = ("self", "causal", "cross")
+# Tolerances against the explicit path, relative to the largest reference
+# value: bfloat16 keeps 8 bits of mantissa (2^-8 = 0.4 %), and the two paths
+# round at different places.
+OUTPUT_TOLERANCE = 0.03
+GRADIENT_TOLERANCE = 0.05
+D_MODEL, NUM_HEADS, BATCH = 512, 8, 4
+
+
+def padded_lengths_for(length, padded):
+    """Real lengths of the batch's rows: all full, or full, 3/4, 1/2 and empty."""
+    if not padded:
+        return [length] * BATCH
+    return [length, max(1, 3 * length // 4), max(1, length // 2), 0]
+
+
+def _row_mask(lengths, length):
+    return np.arange(length)[None, :] < np.array(lengths)[:, None]
+
+
+def value_and_input_gradients(function, inputs):
+    """`function(*inputs)` (a scalar) and its gradients with respect to `inputs`.
+
+    Args:
+        function: callable of backend tensors returning a scalar tensor.
+        inputs: list of float NumPy arrays.
+
+    Returns:
+        `(value, gradients)` as NumPy: a float and a list of arrays.
+
+    Example:
+
+    >>> value, (gradient,) = value_and_input_gradients(
+    ...     lambda x: keras.ops.sum(x * x), [np.array([1.0, 2.0], "float32")])
+    >>> float(value), gradient.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    backend = keras.backend.backend()
+    to_numpy = ops.convert_to_numpy
+    if backend == "jax":
+        import jax
+
+        value, gradients = jax.value_and_grad(function, argnums=tuple(range(len(inputs))))(*inputs)
+    elif backend == "torch":
+        import torch
+
+        tensors = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
+        value = function(*tensors)
+        gradients = torch.autograd.grad(value, tensors)
+    else:
+        import tensorflow as tf
+
+        tensors = [tf.constant(x) for x in inputs]
+        with tf.GradientTape() as tape:
+            for tensor in tensors:
+                tape.watch(tensor)
+            value = function(*tensors)
+        gradients = tape.gradient(value, tensors)
+    return float(to_numpy(value)), [to_numpy(g) for g in gradients]
+
+
+def _relative_error(actual, expected, where=None):
+    actual, expected = np.asarray(actual, "float32"), np.asarray(expected, "float32")
+    if where is not None:
+        actual, expected = actual[where], expected[where]
+    if actual.size == 0:
+        return 0.0
+    scale = max(float(np.max(np.abs(expected))), 1e-6)
+    return float(np.max(np.abs(actual - expected))) / scale
+
+
+def attention_case(kind, length, padded, seed=0):
+    """One cell of the matrix: fused (the backend's choice) vs explicit attention.
+
+    Args:
+        kind: "self", "causal" or "cross".
+        length: int, query length (and key length).
+        padded: bool, pad rows to 3/4, 1/2 and 0 of the length.
+        seed: int, seeds weights and inputs.
+
+    Returns:
+        A dict: `finite` (outputs and gradients of both paths),
+        `output_error` and `gradient_error` (relative to the explicit path, at
+        real query positions), and `padded_rows_zero` (padded queries output
+        exactly zero).
+
+    Example:
+
+    >>> row = attention_case("causal", 8, padded=True)
+    >>> row["finite"], row["output_error"] < OUTPUT_TOLERANCE
+    (True, True)
+    """
+    from keras_transformer.layers import MultiHeadAttention
+
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
+    source = query if kind != "cross" else rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
+    query_lengths = padded_lengths_for(length, padded)
+    source_lengths = query_lengths if kind != "cross" else padded_lengths_for(length, padded)[::-1][1:] + [0]
+    query_mask = _row_mask(query_lengths, length) if padded else None
+    source_mask = _row_mask(source_lengths, length) if padded else None
+    cotangent = rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
+    real = query_mask if padded else np.ones((BATCH, length), bool)
+    weights = None
+    results = {}
+    for name, flash in (("fused", None), ("explicit", False)):
+        keras.utils.set_random_seed(seed)
+        layer = MultiHeadAttention(
+            NUM_HEADS, D_MODEL // NUM_HEADS, flash_attention=flash, dtype="mixed_bfloat16"
+        )
+        layer.build(query.shape, source.shape)
+        if weights is None:
+            weights = layer.get_weights()
+        layer.set_weights(weights)
+
+        def forward(q, s, layer=layer):
+            return layer(
+                q, q if kind != "cross" else s,
+                query_mask=query_mask, value_mask=source_mask,
+                use_causal_mask=kind == "causal",
+            )
+
+        def loss(q, s=None):
+            outputs = ops.cast(forward(q, s), "float32")
+            return ops.sum(outputs * ops.convert_to_tensor(cotangent * real[..., None]))
+
+        outputs = ops.convert_to_numpy(ops.cast(forward(query, source), "float32"))
+        _, gradients = value_and_input_gradients(loss, [query, source] if kind == "cross" else [query])
+        results[name] = outputs, gradients
+    (fused, fused_gradients), (explicit, explicit_gradients) = results["fused"], results["explicit"]
+    arrays = [fused, explicit, *fused_gradients, *explicit_gradients]
+    return {
+        "kind": kind,
+        "length": length,
+        "padded": padded,
+        "finite": all(bool(np.isfinite(a).all()) for a in arrays),
+        "output_error": _relative_error(fused, explicit, real),
+        "gradient_error": max(_relative_error(a, b) for a, b in zip(fused_gradients, explicit_gradients)),
+        "padded_rows_zero": bool(np.all(fused[~real] == 0)),
+    }
+
+
+def raw_kernel_case(length, seed=0):
+    """`keras.ops.dot_product_attention` in bfloat16 with one query row masked out.
+
+    Returns:
+        A dict: `masked_row_finite` (the fully masked row's output is
+        finite), `other_rows_finite`.
+    """
+    rng = np.random.default_rng(seed)
+    shape = (BATCH, length, NUM_HEADS, D_MODEL // NUM_HEADS)
+    q, k, v = (ops.convert_to_tensor(rng.normal(size=shape), "bfloat16") for _ in range(3))
+    mask = np.ones((BATCH, 1, length, length), bool)
+    mask[:, :, 0, :] = False  # query 0 sees no key
+    outputs = ops.convert_to_numpy(ops.cast(
+        ops.dot_product_attention(q, k, v, mask=ops.convert_to_tensor(mask)), "float32"
+    ))
+    return {
+        "length": length,
+        "masked_row_finite": bool(np.isfinite(outputs[:, 0]).all()),
+        "other_rows_finite": bool(np.isfinite(outputs[:, 1:]).all()),
+    }
+
+
+def check_attention(lengths=LENGTHS, kinds=KINDS, log=print):
+    """Runs the attention matrix; returns `(ok, rows, raw_rows)`."""
+    log(f"== attention: {len(lengths)} lengths x {len(kinds)} kinds x (unpadded, padded), "
+        f"bf16, batch {BATCH}, d_model {D_MODEL}, {NUM_HEADS} heads ==")
+    rows, failures = [], []
+    for length in lengths:
+        for kind in kinds:
+            for padded in (False, True):
+                row = attention_case(kind, length, padded)
+                rows.append(row)
+                bad = (not row["finite"] or row["output_error"] > OUTPUT_TOLERANCE
+                       or row["gradient_error"] > GRADIENT_TOLERANCE or not row["padded_rows_zero"])
+                if bad:
+                    failures.append(row)
+                    log(f"   FAIL {row}")
+    raw_rows = [raw_kernel_case(length) for length in lengths]
+    nan_lengths = [r["length"] for r in raw_rows if not r["masked_row_finite"]]
+    log(f"   layer: {len(rows) - len(failures)}/{len(rows)} cells finite and within tolerance; "
+        f"worst output error {max(r['output_error'] for r in rows):.4f}, "
+        f"worst gradient error {max(r['gradient_error'] for r in rows):.4f}")
+    log(f"   raw kernel, a query row with no visible key: NaN at {len(nan_lengths)}/{len(raw_rows)} lengths"
+        + (f" ({nan_lengths[:6]}{'...' if len(nan_lengths) > 6 else ''})" if nan_lengths else "")
+        + "; other rows finite at "
+        f"{sum(r['other_rows_finite'] for r in raw_rows)}/{len(raw_rows)}")
+    return not failures, rows, raw_rows
+
+
+class _LossEvery(keras.callbacks.Callback):
+    """Prints and keeps the loss of every virtual epoch (25 steps each)."""
+
+    def __init__(self, steps_per_epoch, log):
+        super().__init__()
+        self.steps_per_epoch, self.log, self.curve = steps_per_epoch, log, []
+        self.start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        row = {"step": (epoch + 1) * self.steps_per_epoch, "loss": float(logs.get("loss", math.nan)),
+               "dev_loss": float(logs.get("val_loss", math.nan)), "seconds": time.time() - self.start}
+        self.curve.append(row)
+        self.log(f"   step {row['step']:4d}  loss {row['loss']:.4f}  dev loss {row['dev_loss']:.4f}  "
+                 f"({row['seconds']:.0f} s)")
+
+
+def check_training(output, steps=300, steps_per_epoch=25, preset="base", log=print, **overrides):
+    """Trains the preset in bfloat16 with the package's trainer; returns `(ok, curve, summary)`."""
+    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.trainer import TrainingError
+    from keras_transformer.trainer import train_translator
+
+    config = TrainConfig(
+        output=output, preset=preset, mixed_precision="bfloat16", epochs=steps // steps_per_epoch,
+        steps_per_epoch=steps_per_epoch, **overrides,
+    )
+    log(f"== train: preset {preset}, bfloat16, {steps} steps, {overrides or 'trainer defaults'} ==")
+    callback = _LossEvery(steps_per_epoch, log)
+    try:
+        summary = train_translator(config, overwrite=True, verbose=0, log=lambda m: log(f"   {m}"),
+                                   callbacks=[callback], sample_sentences=0)
+    except TrainingError as error:
+        log(f"   FAIL {error}")
+        return False, callback.curve, {"error": str(error)}
+    losses = [row["loss"] for row in callback.curve] + [row["dev_loss"] for row in callback.curve]
+    finite = all(math.isfinite(x) for x in losses)
+    falling = bool(callback.curve) and callback.curve[-1]["loss"] < callback.curve[0]["loss"]
+    if not (finite and falling):
+        log(f"   FAIL finite={finite} falling={falling}")
+    return finite and falling, callback.curve, summary
+
+
+def check_decoding(output, sentences=16, max_new_tokens=32, log=print):
+    """Cached vs uncached greedy tokens of the model in `output`; returns `(ok, report)`."""
+    from keras_transformer.data import corpus
+    from keras_transformer.decoding import CachedDecoder
+    from keras_transformer.decoding import greedy_search
+    from keras_transformer.decoding import greedy_search_uncached
+    from keras_transformer.translator import Translator
+
+    translator = Translator.from_directory(output)
+    pairs = corpus.load_bible_pairs("dev")[:sentences]
+    ids = [np.asarray(row).reshape(-1) for row in translator.tokenizer.tokenize([p.source for p in pairs])]
+    sources = np.zeros((len(ids), max(map(len, ids))), "int32")
+    for row, row_ids in zip(sources, ids):
+        row[: len(row_ids)] = row_ids
+    cached = greedy_search(CachedDecoder(translator.model), sources, max_new_tokens, stop_at_end=False)
+    uncached = greedy_search_uncached(translator.model, sources, max_new_tokens, stop_at_end=False)
+    same_rows = int(np.sum(np.all(cached == uncached, axis=1)))
+    same_tokens = float(np.mean(cached == uncached))
+    log(f"== decode: {sentences} dev sources, {max_new_tokens} greedy tokens ==")
+    log(f"   cached = uncached: {same_rows}/{sentences} sequences, {same_tokens:.1%} of tokens")
+    return same_rows == sentences, {"same_sequences": same_rows, "sentences": sentences,
+                                    "same_tokens": same_tokens}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="folder for results.json and results.md")
+    parser.add_argument("--checks", default="attention,train,decode",
+                        help="comma-separated subset of attention,train,decode (default: all)")
+    parser.add_argument("--lengths", help="comma-separated attention lengths (default: 8,16,...,256)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps (default: %(default)s)")
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--bucket-width", type=int, default=32,
+                        help="padded lengths are multiples of it: 32 gives the 32/64/96/128 buckets "
+                             "(few shapes for JAX to compile) (default: %(default)s)")
+    parser.add_argument("--run-folder", help="training output folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    checks = args.checks.split(",")
+    lengths = tuple(int(x) for x in args.lengths.split(",")) if args.lengths else LENGTHS
+    print(f"backend {keras.backend.backend()}, keras {keras.__version__}, devices "
+          f"{keras.distribution.list_devices() if keras.backend.backend() != 'torch' else _torch_device()}",
+          flush=True)
+    report, ok = {"backend": keras.backend.backend()}, True
+    start = time.time()
+    if "attention" in checks:
+        passed, rows, raw_rows = check_attention(lengths)
+        ok &= passed
+        report["attention"] = {"passed": passed, "rows": rows, "raw_kernel": raw_rows,
+                               "seconds": time.time() - start}
+    output = args.run_folder or tempfile.mkdtemp(prefix="gpu-check-")
+    if "train" in checks:
+        began = time.time()
+        passed, curve, summary = check_training(output, steps=args.steps, preset=args.preset,
+                                                bucket_width=args.bucket_width)
+        ok &= passed
+        report["train"] = {"passed": passed, "curve": curve, "summary": summary,
+                           "seconds": time.time() - began}
+    if "decode" in checks and os.path.exists(os.path.join(output, "model.keras")):
+        passed, decode = check_decoding(output)
+        ok &= passed
+        report["decode"] = {"passed": passed, **decode}
+    report["passed"], report["seconds"] = bool(ok), time.time() - start
+    print(f"== gpu_check {'PASSED' if ok else 'FAILED'} in {report['seconds']:.0f} s ==", flush=True)
+    if args.out:
+        from benchmarks.run import save_results
+
+        save_results(report, _markdown(report), args.out)
+    return 0 if ok else 1
+
+
+def _torch_device():
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _markdown(report):
+    lines = [f"# gpu_check, {report['backend']} backend: {'passed' if report['passed'] else 'FAILED'}", ""]
+    if "attention" in report:
+        rows = report["attention"]["rows"]
+        lines += ["## attention (bf16; fused vs explicit path; relative max error at real positions)", "",
+                  "| kind | padded | lengths | all finite | worst output error | worst gradient error |",
+                  "|---|---|---|---|---:|---:|"]
+        for kind in KINDS:
+            for padded in (False, True):
+                cell = [r for r in rows if r["kind"] == kind and r["padded"] == padded]
+                if cell:
+                    lines.append(
+                        f"| {kind} | {padded} | {cell[0]['length']}..{cell[-1]['length']} | "
+                        f"{sum(r['finite'] for r in cell)}/{len(cell)} | "
+                        f"{max(r['output_error'] for r in cell):.4f} | {max(r['gradient_error'] for r in cell):.4f} |")
+        raw = report["attention"]["raw_kernel"]
+        lines += ["", f"raw `keras.ops.dot_product_attention`, one query row without keys: NaN in that row at "
+                      f"{sum(not r['masked_row_finite'] for r in raw)}/{len(raw)} lengths", ""]
+    if "train" in report:
+        lines += ["## train", "", "| step | loss | dev loss | seconds |", "|---:|---:|---:|---:|"]
+        lines += [f"| {r['step']} | {r['loss']:.4f} | {r['dev_loss']:.4f} | {r['seconds']:.0f} |"
+                  for r in report["train"]["curve"]]
+        lines.append("")
+    if "decode" in report:
+        d = report["decode"]
+        lines += [f"## decode: cached = uncached greedy tokens for {d['same_sequences']}/{d['sentences']} "
+                  f"sequences ({d['same_tokens']:.1%} of tokens)", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
