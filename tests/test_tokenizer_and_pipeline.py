@@ -1,4 +1,9 @@
-"""The joint SentencePiece vocabulary and the token-batched tf.data pipeline."""
+"""The joint SentencePiece vocabulary and the token-batched pipelines.
+
+The tf.data pipeline (KerasHub tokenizer) and the TensorFlow-free one (the
+sentencepiece library and a keras.utils.PyDataset) must give the same ids
+and the same batches; these comparisons need TensorFlow, so they live here.
+"""
 
 import collections
 import io
@@ -9,9 +14,12 @@ import keras
 import numpy as np
 import pytest
 import sentencepiece
+import tensorflow as tf
 
 import keras_transformer
 from keras_transformer.data import load_bible_pairs
+from keras_transformer.data import python_pipeline
+from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.pipeline import padding_fraction
 from keras_transformer.data.pipeline import tokenize_pairs
 from keras_transformer.data.pipeline import translation_dataset
@@ -19,6 +27,7 @@ from keras_transformer.data.tokenizer import END_ID
 from keras_transformer.data.tokenizer import PAD_ID
 from keras_transformer.data.tokenizer import START_ID
 from keras_transformer.data.tokenizer import UNK_ID
+from keras_transformer.data.tokenizer import SentencePieceTokenizer
 from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.data.tokenizer import normalize
 from keras_transformer.data.tokenizer import train_tokenizer
@@ -51,6 +60,17 @@ def tokenizer(proto):
 @pytest.fixture(scope="module")
 def tokenized(train_pairs, tokenizer):
     return tokenize_pairs(train_pairs, tokenizer, MAX_LENGTH)
+
+
+@pytest.fixture(scope="module")
+def library_tokenizer(proto):
+    """The TensorFlow-free tokenizer: the sentencepiece library alone."""
+    return SentencePieceTokenizer(proto)
+
+
+@pytest.fixture(scope="module")
+def arrays(train_pairs, library_tokenizer):
+    return python_pipeline.tokenize_pairs(train_pairs, library_tokenizer, MAX_LENGTH)
 
 
 def epoch(dataset):
@@ -102,6 +122,33 @@ def test_saved_vocabulary_gives_identical_ids(tmp_path, train_pairs, proto, toke
     texts = texts_of(load_bible_pairs("dev", path=FIXTURE))
     assert load_tokenizer(path).tokenize(texts) == tokenizer.tokenize(texts)
     assert load_tokenizer(str(path)).tokenize(texts) == tokenizer.tokenize(texts)
+
+
+def test_sentencepiece_library_gives_the_ids_and_strings_of_the_keras_hub_tokenizer(
+    proto, tokenizer, library_tokenizer
+):
+    import tensorflow_text
+
+    # tensorflow-text's op: what KerasHub runs inside tf.data and the export runs.
+    in_graph = tensorflow_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
+    texts = texts_of(load_bible_pairs("all", path=FIXTURE)) + ["", "  ﬁn \t del\u00a0 mundo ", "漢字 y ☃ unseen"]
+    ids = library_tokenizer.tokenize(texts)
+    assert ids == tokenizer.tokenize(texts)  # KerasHub called eagerly
+    assert ids == in_graph.tokenize(tf.constant(texts)).to_list()
+    values, offsets = library_tokenizer.tokenize_flat(texts)
+    assert values.dtype == np.int32 and offsets.dtype == np.int64
+    assert [values[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == ids
+    assert library_tokenizer.tokenize(texts[0]).tolist() == ids[0]
+    # Detokenized strings too, of real ids and of any ids (specials and <unk> included).
+    rng = np.random.default_rng(0)
+    any_ids = [rng.integers(0, VOCABULARY_SIZE, size=n).tolist() for n in rng.integers(0, 30, size=200)]
+    for rows in (ids, any_ids):
+        decoded = library_tokenizer.detokenize(rows)
+        assert decoded == tokenizer.detokenize(rows)
+        strings = in_graph.detokenize(tf.ragged.constant(rows, dtype="int32", ragged_rank=1)).numpy()
+        assert decoded == [text.decode("utf-8") for text in strings]
+    assert library_tokenizer.get_vocabulary() == tokenizer.get_vocabulary()
+    assert library_tokenizer.vocabulary_size() == tokenizer.vocabulary_size() == VOCABULARY_SIZE
 
 
 def test_too_large_vocabulary_raises_value_error():
@@ -208,13 +255,19 @@ def test_every_iterator_over_a_repeated_dataset_yields_the_same_batches(tokenize
 
 
 def test_each_repeated_pass_is_a_new_permutation_of_all_pairs(tokenized):
-    from keras_transformer.data.pipeline import _stateless_shuffled_passes
-
+    plan = BatchPlan(tokenized.lengths(), MAX_LENGTH, batch_tokens=BATCH_TOKENS, seed=3, repeat=True)
     num_pairs = len(tokenized)
-    pairs = [tuple(source.numpy().tolist()) for source, _ in _stateless_shuffled_passes(tokenized, 3).take(2 * num_pairs)]
-    everything = sorted(tuple(source) for source in tokenized.sources.to_list())
-    assert sorted(pairs[:num_pairs]) == sorted(pairs[num_pairs:]) == everything
-    assert pairs[:num_pairs] != pairs[num_pairs:]
+    first, second = plan.pass_order(0).tolist(), plan.pass_order(1).tolist()
+    assert sorted(first) == sorted(second) == list(range(num_pairs))
+    assert first != second
+    # Half-full buckets carry over into the next pass: after 3 passes every
+    # pair was batched 3 times but those still waiting, fewer than a batch
+    # per bucket, and no batch is smaller than its bucket's size.
+    batched = [plan.pass_batches(p) for p in range(3)]
+    counts = np.bincount(np.concatenate([pairs for pairs, _, _ in batched]), minlength=num_pairs)
+    assert counts.max() == 3 and 0 < 3 * num_pairs - counts.sum() < plan.batch_sizes.sum()
+    for _, sizes, lengths in batched:
+        assert sizes.tolist() == [plan.batch_sizes[plan.lengths.index(length)] for length in lengths]
 
 
 def test_batch_multiple_rounds_every_batch_size_down_to_a_multiple(tokenized):
@@ -225,6 +278,60 @@ def test_batch_multiple_rounds_every_batch_size_down_to_a_multiple(tokenized):
         assert all(size % 3 == 0 for size in sizes), sizes
     with pytest.raises(ValueError, match="batch_multiple"):
         translation_dataset(tokenized, batch_multiple=0)
+
+
+def test_numpy_tokenization_holds_the_ids_of_the_tf_pipeline(tokenized, arrays):
+    assert len(arrays) == len(tokenized) and arrays.num_truncated == tokenized.num_truncated > 0
+    for ids, offsets, ragged in ((arrays.source_ids, arrays.source_offsets, tokenized.sources),
+                                 (arrays.target_ids, arrays.target_offsets, tokenized.targets)):
+        assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == ragged.to_list()
+    assert np.array_equal(arrays.lengths(), tokenized.lengths())
+
+
+@pytest.mark.parametrize("options", [
+    dict(seed=0),
+    dict(seed=1, bucket=False),
+    dict(shuffle=False, batch_multiple=2),
+    dict(seed=2, repeat=True),
+    dict(seed=3, repeat=True, bucket=False),
+    dict(seed=4, repeat=True, batch_multiple=2),
+    dict(seed=5, repeat=True, bucket_width=32),
+], ids=lambda options: ",".join(f"{key}={value}" for key, value in options.items()))
+def test_py_dataset_yields_the_batches_of_the_tf_data_pipeline(tokenized, arrays, options):
+    options = dict(batch_tokens=BATCH_TOKENS, **options)
+    dataset = translation_dataset(tokenized, **options)
+    py_dataset = python_pipeline.TranslationPyDataset(arrays, **options)
+
+    def py_batches(count, start=0):
+        return [(inputs["encoder_tokens"], inputs["decoder_tokens"], labels)
+                for inputs, labels in (py_dataset[i] for i in range(start, start + count))]
+
+    def assert_same(got, want):
+        assert len(got) == len(want)
+        for got_batch, want_batch in zip(got, want):
+            for x, y in zip(got_batch, want_batch):
+                assert x.dtype == y.dtype == np.int32 and x.shape == y.shape
+                np.testing.assert_array_equal(x, y)
+
+    if options.get("repeat"):
+        # Three passes and more: the carried-over buckets of each pass included.
+        count = 3 * len(epoch(translation_dataset(tokenized, **{**options, "repeat": False}))) + 5
+        want = epoch(dataset.take(count))
+        assert_same(py_batches(count), want)
+        # A resumed run starts at a later batch without assembling the earlier ones.
+        skipped = python_pipeline.TranslationPyDataset(arrays, start=count - 9, **options)
+        assert_same([(i["encoder_tokens"], i["decoder_tokens"], l) for i, l in (skipped[j] for j in range(9))],
+                    want[-9:])
+        assert py_dataset.num_batches is None
+    else:
+        for _ in range(2):  # each epoch, a new permutation in both
+            want = epoch(dataset)
+            assert_same(py_batches(len(py_dataset)), want)
+            py_dataset.on_epoch_end()
+        with pytest.raises(IndexError):
+            py_dataset[len(py_dataset)]
+    padded = {batch[0].shape[1] for batch in want}
+    assert padded <= set(range(options.get("bucket_width", 8), MAX_LENGTH + 1, options.get("bucket_width", 8)))
 
 
 def test_bad_arguments_raise(train_pairs, tokenizer, tokenized):

@@ -6,6 +6,11 @@ only slices, pads and batches integers. Batches are sized by tokens, not
 sentences (section 5.1 of the paper batches about 25k source and 25k target
 tokens), and bucketing by length keeps the padding low.
 
+Which pairs make each batch, and in which order, comes from a NumPy
+`keras_transformer.data.batch_plan.BatchPlan`; the `keras.utils.PyDataset`
+of `keras_transformer.data.python_pipeline` follows the same plan, so it
+yields the same batches where TensorFlow is not installed.
+
 A TensorFlow edge of the package. The datasets feed `model.fit` under every
 Keras backend (Keras reads `tf.data` on JAX and torch too).
 """
@@ -16,13 +21,13 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import END_ID
-from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.data.tokenizer import START_ID
+from keras_transformer.data.batch_plan import BUCKET_WIDTH
+from keras_transformer.data.batch_plan import BatchPlan
+from keras_transformer.data.batch_plan import padded_lengths
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import START_ID
 
-# Padded lengths are multiples of this (and max_length): few distinct batch
-# shapes, so JAX compiles a handful of programs, not one per length.
-BUCKET_WIDTH = 8
 _TOKENIZE_CHUNK = 8192
 
 
@@ -125,23 +130,6 @@ def _tokenize(texts, tokenizer):
     return tf.concat(chunks, axis=0)
 
 
-def padded_lengths(max_length):
-    """The sequence lengths batches are padded to: multiples of 8, then `max_length`.
-
-    Args:
-        max_length: int, the longest sequence.
-
-    Returns:
-        A sorted list of ints ending with `max_length`.
-
-    Example:
-
-    >>> padded_lengths(30)
-    [8, 16, 24, 30]
-    """
-    return list(range(BUCKET_WIDTH, max_length, BUCKET_WIDTH)) + [max_length]
-
-
 def translation_dataset(
     tokenized,
     *,
@@ -151,26 +139,30 @@ def translation_dataset(
     seed=0,
     repeat=False,
     batch_multiple=1,
+    bucket_width=BUCKET_WIDTH,
 ):
     """Teacher-forcing batches of about `batch_tokens` tokens each.
 
     Each pair becomes `encoder_tokens = source`, `decoder_tokens = [START] +
     target` and `labels = target + [END]`, padded with `PAD_ID` (0). A pair's
     length is `max(len(source), len(target) + 1)`, and every batch is padded
-    to one length `L` from `padded_lengths(max_length)` (multiples of 8) for
-    all three tensors.
+    to one length `L` from `padded_lengths(max_length, bucket_width)`
+    (multiples of 8 by default) for all three tensors.
 
-    With `bucket=True`, pairs are grouped by that length
-    (`tf.data.Dataset.bucket_by_sequence_length`, one bucket per padded
-    length) and a bucket of length `L` makes batches of `batch_tokens // L`
-    pairs, so every batch holds at most `batch_tokens` tokens per tensor.
-    With `bucket=False`, shuffled pairs are batched as they come, with a
-    fixed batch size equal to the mean batch size bucketing gives on these
-    pairs (so both make the same number of steps per epoch), and padded to
-    the batch's longest pair rounded up to a multiple of 8; a batch can then
-    exceed `batch_tokens`. Either way the batch shapes are few (at most two
-    batch sizes per padded length), which keeps JAX from recompiling the
-    training step for every batch.
+    Which pairs make each batch, and in which order, is a
+    `keras_transformer.data.batch_plan.BatchPlan` computed in NumPy; this
+    dataset gathers and pads them. With `bucket=True`, pairs are grouped by
+    padded length and a bucket of length `L` makes batches of
+    `batch_tokens // L` pairs, so every batch holds at most `batch_tokens`
+    tokens per tensor. With `bucket=False`, shuffled pairs are batched as
+    they come, with a fixed batch size equal to the mean batch size
+    bucketing gives on these pairs (so both make the same number of steps
+    per epoch), and padded to the batch's longest pair rounded up to a
+    multiple of `bucket_width`; a batch can then exceed `batch_tokens`.
+    Either way the batch shapes are few (at most two batch sizes per padded
+    length), which keeps JAX from recompiling the training step for every
+    batch. `keras_transformer.data.python_pipeline.TranslationPyDataset`
+    yields the same batches without TensorFlow.
 
     Args:
         tokenized: `TokenizedPairs` from `tokenize_pairs`.
@@ -179,19 +171,22 @@ def translation_dataset(
         bucket: bool, batch pairs of similar length together. Defaults to
             True.
         shuffle: bool, shuffle the pairs (all of them, reshuffled every
-            epoch). Defaults to True.
+            epoch: each new iterator over a dataset that does not repeat
+            takes the next permutation). Defaults to True.
         seed: int, shuffle seed; the same seed gives the same batches.
             Defaults to 0.
         repeat: bool, repeat forever (then pass `steps_per_epoch` to
-            `model.fit`). Shuffled and repeated with an int `seed`, each
-            pass is a stateless permutation of (seed, pass number), so every
-            iterator over the dataset yields the same batches. Defaults to
-            False.
+            `model.fit`). Each pass is a permutation of (seed, pass number),
+            so every iterator over the dataset yields the same batches.
+            Defaults to False.
         batch_multiple: int, round every batch size down to a multiple of
             this (at least one multiple), e.g. the number of data-parallel
             replicas, so a global batch splits evenly across devices. Only
             the last batch of a bucket in a pass that does not repeat can be
             smaller. Defaults to 1.
+        bucket_width: int, padded lengths are multiples of this (and
+            `max_length`): each is one batch shape, one compiled program on
+            JAX. Defaults to 8.
 
     Returns:
         A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
@@ -218,92 +213,59 @@ def translation_dataset(
             f"`tokenized` must be the TokenizedPairs returned by tokenize_pairs; "
             f"received type(tokenized)={type(tokenized).__name__}"
         )
-    max_length = tokenized.max_length
-    if not isinstance(batch_tokens, int) or batch_tokens < max_length:
-        raise ValueError(
-            f"`batch_tokens` must be an int >= max_length={max_length} so that a "
-            f"batch holds the longest pair; received batch_tokens={batch_tokens!r}"
-        )
-    if not isinstance(batch_multiple, int) or batch_multiple < 1:
-        raise ValueError(
-            f"`batch_multiple` must be a positive int; received batch_multiple={batch_multiple!r}"
-        )
-    lengths = padded_lengths(max_length)
-    batch_sizes = [_round_down(batch_tokens // length, batch_multiple) for length in lengths]
-
-    if shuffle and repeat and seed is not None:
-        dataset = _stateless_shuffled_passes(tokenized, seed)
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices((tokenized.sources, tokenized.targets))
-        if shuffle:
-            dataset = dataset.shuffle(len(tokenized), seed=seed, reshuffle_each_iteration=True)
-        if repeat:
-            dataset = dataset.repeat()
-    dataset = dataset.map(_teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
-    if bucket:
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda source, decoder, labels: tf.maximum(
-                tf.shape(source)[0], tf.shape(decoder)[0]
-            ),
-            # Bucket i holds lengths in (lengths[i-1], lengths[i]], padded to lengths[i].
-            bucket_boundaries=[length + 1 for length in lengths],
-            bucket_batch_sizes=batch_sizes + [batch_multiple],
-            pad_to_bucket_boundary=True,
-        )
-    else:
-        bucket_ids = np.searchsorted(lengths, tokenized.lengths())
-        counts = np.bincount(bucket_ids, minlength=len(lengths))
-        num_batches = int(np.sum(-(-counts // np.array(batch_sizes))))
-        batch_size = _round_down(max(1, round(len(tokenized) / num_batches)), batch_multiple)
-        dataset = dataset.padded_batch(batch_size).map(
-            lambda *batch: _pad_to_multiple(batch, max_length),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-    dataset = dataset.map(
-        lambda source, decoder, labels: (
-            {"encoder_tokens": source, "decoder_tokens": decoder},
-            labels,
-        )
+    plan = BatchPlan(
+        tokenized.lengths(), tokenized.max_length, batch_tokens=batch_tokens, bucket=bucket, shuffle=shuffle,
+        seed=seed, repeat=repeat, batch_multiple=batch_multiple, bucket_width=bucket_width,
     )
+    if repeat:
+        passes = tf.data.Dataset.counter()
+    elif shuffle:
+        # A new permutation for each iterator, as Dataset.shuffle(reshuffle_each_iteration=True).
+        epochs = itertools.count()
+        passes = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(
+            lambda _: tf.numpy_function(lambda: np.int64(next(epochs)), [], tf.int64)
+        )
+    else:
+        passes = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+
+    def batches_of_pass(pass_index):
+        pairs, sizes, lengths = tf.numpy_function(
+            plan.pass_batches, [pass_index], (tf.int64, tf.int64, tf.int64)
+        )
+        for tensor in (pairs, sizes, lengths):
+            tensor.set_shape([None])
+        ends = tf.cumsum(sizes)
+        return tf.data.Dataset.from_tensor_slices((ends - sizes, ends, lengths)).map(
+            lambda start, end, length: (pairs[start:end], length)
+        )
+
+    dataset = passes.flat_map(batches_of_pass).map(
+        lambda rows, length: _teacher_forcing_batch(tokenized, rows, length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    # A known length: padding_fraction refuses an endless dataset, and Keras
+    # does not warn "ran out of data" after a pass of a finite one.
+    cardinality = tf.data.INFINITE_CARDINALITY if repeat else plan.num_batches
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _stateless_shuffled_passes(tokenized, seed):
-    # Every iterator over a `Dataset.shuffle` draws new seeds, and Keras may
-    # open more than one (it does under a distribution). A stateless
-    # permutation per pass, keyed by (seed, pass), gives every iterator the
-    # same endless stream, so a resumed or distributed run sees the batches
-    # of an uninterrupted one-device run.
-    num_pairs = len(tokenized)
+def _teacher_forcing_batch(tokenized, rows, length):
+    sources = tf.gather(tokenized.sources, rows)
+    targets = tf.gather(tokenized.targets, rows)
 
-    def pair(position):
-        index = tf.random.experimental.index_shuffle(
-            position % num_pairs,
-            seed=tf.stack([tf.constant(seed, "int64"), position // num_pairs]),
-            max_index=tf.constant(num_pairs - 1, "int64"),
-        )
-        return tokenized.sources[index], tokenized.targets[index]
+    def column(token):
+        return tf.RaggedTensor.from_tensor(tf.fill([tf.shape(rows)[0], 1], tf.constant(token, targets.dtype)))
 
-    return tf.data.Dataset.counter().map(pair, num_parallel_calls=tf.data.AUTOTUNE)
+    decoder = tf.concat([column(START_ID), targets], axis=1)
+    labels = tf.concat([targets, column(END_ID)], axis=1)
+    length = tf.cast(length, "int32")
 
+    def padded(ragged):
+        dense = ragged.to_tensor(default_value=PAD_ID)
+        return tf.pad(dense, [[0, 0], [0, length - tf.shape(dense)[1]]], constant_values=PAD_ID)
 
-def _round_down(size, multiple):
-    return max(multiple, size - size % multiple)
-
-
-def _teacher_forcing(source, target):
-    start = tf.constant([START_ID], dtype=target.dtype)
-    end = tf.constant([END_ID], dtype=target.dtype)
-    return source, tf.concat([start, target], 0), tf.concat([target, end], 0)
-
-
-def _pad_to_multiple(batch, max_length):
-    longest = tf.reduce_max([tf.shape(x)[1] for x in batch])
-    length = tf.minimum(-(-longest // BUCKET_WIDTH) * BUCKET_WIDTH, max_length)
-    return tuple(
-        tf.pad(x, [[0, 0], [0, length - tf.shape(x)[1]]], constant_values=PAD_ID)
-        for x in batch
-    )
+    return {"encoder_tokens": padded(sources), "decoder_tokens": padded(decoder)}, padded(labels)
 
 
 def padding_fraction(dataset, num_batches=None):
