@@ -59,35 +59,44 @@ def _row_mask(lengths, length):
     return np.arange(length)[None, :] < np.array(lengths)[:, None]
 
 
-def value_and_input_gradients(function, inputs):
-    """`function(*inputs)` (a scalar) and its gradients with respect to `inputs`.
+def value_and_input_gradients(function, inputs, constants=()):
+    """`function(*inputs, *constants)` and its gradients with respect to `inputs`.
+
+    On JAX the whole forward and backward pass is one compiled program;
+    arrays go in as arguments (`constants` too), never as captured
+    constants, which XLA would fold at compile time.
 
     Args:
-        function: callable of backend tensors returning a scalar tensor.
+        function: callable of backend tensors returning `(scalar, outputs)`.
         inputs: list of float NumPy arrays.
+        constants: more arguments, not differentiated.
 
     Returns:
-        `(value, gradients)` as NumPy: a float and a list of arrays.
+        `(value, outputs, gradients)` as NumPy: a float, an array and a list
+        of arrays.
 
     Example:
 
-    >>> value, (gradient,) = value_and_input_gradients(
-    ...     lambda x: keras.ops.sum(x * x), [np.array([1.0, 2.0], "float32")])
-    >>> float(value), gradient.tolist()
-    (5.0, [2.0, 4.0])
+    >>> value, outputs, (gradient,) = value_and_input_gradients(
+    ...     lambda x: (keras.ops.sum(x * x), 2 * x), [np.array([1.0, 2.0], "float32")])
+    >>> float(value), outputs.tolist(), gradient.tolist()
+    (5.0, [2.0, 4.0], [2.0, 4.0])
     """
     backend = keras.backend.backend()
     to_numpy = ops.convert_to_numpy
+    constants = [ops.convert_to_tensor(c) for c in constants]
     if backend == "jax":
         import jax
 
-        value, gradients = jax.value_and_grad(function, argnums=tuple(range(len(inputs))))(*inputs)
+        step = jax.jit(jax.value_and_grad(function, argnums=tuple(range(len(inputs))), has_aux=True))
+        (value, outputs), gradients = step(*inputs, *constants)
     elif backend == "torch":
         import torch
 
         tensors = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
-        value = function(*tensors)
+        value, outputs = function(*tensors, *constants)
         gradients = torch.autograd.grad(value, tensors)
+        outputs = outputs.detach()
     else:
         import tensorflow as tf
 
@@ -95,9 +104,9 @@ def value_and_input_gradients(function, inputs):
         with tf.GradientTape() as tape:
             for tensor in tensors:
                 tape.watch(tensor)
-            value = function(*tensors)
+            value, outputs = function(*tensors, *constants)
         gradients = tape.gradient(value, tensors)
-    return float(to_numpy(value)), [to_numpy(g) for g in gradients]
+    return float(to_numpy(value)), to_numpy(outputs), [to_numpy(g) for g in gradients]
 
 
 def _relative_error(actual, expected, where=None):
@@ -154,19 +163,21 @@ def attention_case(kind, length, padded, seed=0):
             weights = layer.get_weights()
         layer.set_weights(weights)
 
-        def forward(q, s, layer=layer):
-            return layer(
-                q, q if kind != "cross" else s,
-                query_mask=query_mask, value_mask=source_mask,
-                use_causal_mask=kind == "causal",
+        def loss(q, s, weighted_cotangent, *variables, layer=layer):
+            outputs, _ = layer.stateless_call(
+                list(variables), [], q, q if s is None else s,
+                query_mask=query_mask, value_mask=source_mask, use_causal_mask=kind == "causal",
             )
+            outputs = ops.cast(outputs, "float32")
+            return ops.sum(outputs * weighted_cotangent), outputs
 
-        def loss(q, s=None):
-            outputs = ops.cast(forward(q, s), "float32")
-            return ops.sum(outputs * ops.convert_to_tensor(cotangent * real[..., None]))
-
-        outputs = ops.convert_to_numpy(ops.cast(forward(query, source), "float32"))
-        _, gradients = value_and_input_gradients(loss, [query, source] if kind == "cross" else [query])
+        constants = [cotangent * real[..., None], *weights]
+        if kind == "cross":
+            _, outputs, gradients = value_and_input_gradients(loss, [query, source], constants)
+        else:
+            _, outputs, gradients = value_and_input_gradients(
+                lambda q, *rest: loss(q, None, *rest), [query], constants
+            )
         results[name] = outputs, gradients
     (fused, fused_gradients), (explicit, explicit_gradients) = results["fused"], results["explicit"]
     arrays = [fused, explicit, *fused_gradients, *explicit_gradients]
@@ -182,25 +193,43 @@ def attention_case(kind, length, padded, seed=0):
 
 
 def raw_kernel_case(length, seed=0):
-    """`keras.ops.dot_product_attention` in bfloat16 with one query row masked out.
+    """`keras.ops.dot_product_attention` itself, in bfloat16, with mask tensors.
+
+    Which inputs make the backend's kernel (cuDNN on JAX, SDPA on torch,
+    on a GPU) give NaN: a query row with no visible key (forward), and the
+    backward pass with a key-padding mask where every row sees a key, at
+    (query, key) lengths (L, L), (L, L + 8) and (L + 8, L), which tells a
+    fault of the query length from one of the key length.
 
     Returns:
-        A dict: `masked_row_finite` (the fully masked row's output is
-        finite), `other_rows_finite`.
+        A dict: `length`, `row_without_keys_finite` (that row's forward
+        output), and `backward_finite` for each of "LxL", "Lx(L+8)",
+        "(L+8)xL".
     """
     rng = np.random.default_rng(seed)
-    shape = (BATCH, length, NUM_HEADS, D_MODEL // NUM_HEADS)
-    q, k, v = (ops.convert_to_tensor(rng.normal(size=shape), "bfloat16") for _ in range(3))
+    heads, head_dim = NUM_HEADS, D_MODEL // NUM_HEADS
+
+    def inputs(query_length, key_length):
+        return [rng.normal(size=(BATCH, n, heads, head_dim)).astype("float32")
+                for n in (query_length, key_length, key_length)]
+
+    def attend(q, k, v, mask):
+        q, k, v = (ops.cast(x, "bfloat16") for x in (q, k, v))
+        outputs = ops.cast(ops.dot_product_attention(q, k, v, mask=mask), "float32")
+        return ops.sum(outputs), outputs
+
     mask = np.ones((BATCH, 1, length, length), bool)
     mask[:, :, 0, :] = False  # query 0 sees no key
-    outputs = ops.convert_to_numpy(ops.cast(
-        ops.dot_product_attention(q, k, v, mask=ops.convert_to_tensor(mask)), "float32"
-    ))
-    return {
-        "length": length,
-        "masked_row_finite": bool(np.isfinite(outputs[:, 0]).all()),
-        "other_rows_finite": bool(np.isfinite(outputs[:, 1:]).all()),
-    }
+    _, outputs, _ = value_and_input_gradients(attend, inputs(length, length), [mask])
+    row = {"length": length, "row_without_keys_finite": bool(np.isfinite(outputs[:, 0]).all())}
+    for name, (query_length, key_length) in (
+        ("LxL", (length, length)), ("Lx(L+8)", (length, length + 8)), ("(L+8)xL", (length + 8, length))
+    ):
+        key_mask = _row_mask(padded_lengths_for(key_length, True)[:-1] + [1], key_length)
+        mask = np.broadcast_to(key_mask[:, None, None, :], (BATCH, 1, query_length, key_length)).copy()
+        _, outputs, gradients = value_and_input_gradients(attend, inputs(query_length, key_length), [mask])
+        row[f"backward_finite_{name}"] = all(bool(np.isfinite(g).all()) for g in gradients)
+    return row
 
 
 def check_attention(lengths=LENGTHS, kinds=KINDS, log=print):
@@ -208,7 +237,9 @@ def check_attention(lengths=LENGTHS, kinds=KINDS, log=print):
     log(f"== attention: {len(lengths)} lengths x {len(kinds)} kinds x (unpadded, padded), "
         f"bf16, batch {BATCH}, d_model {D_MODEL}, {NUM_HEADS} heads ==")
     rows, failures = [], []
+    start = time.time()
     for length in lengths:
+        log(f"   length {length} ({time.time() - start:.0f} s)")
         for kind in kinds:
             for padded in (False, True):
                 row = attention_case(kind, length, padded)
@@ -217,16 +248,17 @@ def check_attention(lengths=LENGTHS, kinds=KINDS, log=print):
                        or row["gradient_error"] > GRADIENT_TOLERANCE or not row["padded_rows_zero"])
                 if bad:
                     failures.append(row)
-                    log(f"   FAIL {row}")
-    raw_rows = [raw_kernel_case(length) for length in lengths]
-    nan_lengths = [r["length"] for r in raw_rows if not r["masked_row_finite"]]
+                    log(f"   FAIL {kind} length {length} padded {padded}: finite {row['finite']}, "
+                        f"output error {row['output_error']:.3g}, gradient error {row['gradient_error']:.3g}, "
+                        f"padded rows zero {row['padded_rows_zero']}")
     log(f"   layer: {len(rows) - len(failures)}/{len(rows)} cells finite and within tolerance; "
         f"worst output error {max(r['output_error'] for r in rows):.4f}, "
         f"worst gradient error {max(r['gradient_error'] for r in rows):.4f}")
-    log(f"   raw kernel, a query row with no visible key: NaN at {len(nan_lengths)}/{len(raw_rows)} lengths"
-        + (f" ({nan_lengths[:6]}{'...' if len(nan_lengths) > 6 else ''})" if nan_lengths else "")
-        + "; other rows finite at "
-        f"{sum(r['other_rows_finite'] for r in raw_rows)}/{len(raw_rows)}")
+    raw_rows = [raw_kernel_case(length) for length in lengths]
+    for key in raw_rows[0]:
+        if key != "length":
+            bad = [r["length"] for r in raw_rows if not r[key]]
+            log(f"   raw kernel, {key}: NaN at {len(bad)}/{len(raw_rows)} lengths {bad}")
     return not failures, rows, raw_rows
 
 
@@ -365,8 +397,12 @@ def _markdown(report):
                         f"{sum(r['finite'] for r in cell)}/{len(cell)} | "
                         f"{max(r['output_error'] for r in cell):.4f} | {max(r['gradient_error'] for r in cell):.4f} |")
         raw = report["attention"]["raw_kernel"]
-        lines += ["", f"raw `keras.ops.dot_product_attention`, one query row without keys: NaN in that row at "
-                      f"{sum(not r['masked_row_finite'] for r in raw)}/{len(raw)} lengths", ""]
+        lines += ["", "raw `keras.ops.dot_product_attention` in bf16 (what the layer guards against):", ""]
+        for key in raw[0]:
+            if key != "length":
+                bad = [r["length"] for r in raw if not r[key]]
+                lines.append(f"- {key}: NaN at {len(bad)}/{len(raw)} lengths {bad}")
+        lines.append("")
     if "train" in report:
         lines += ["## train", "", "| step | loss | dev loss | seconds |", "|---:|---:|---:|---:|"]
         lines += [f"| {r['step']} | {r['loss']:.4f} | {r['dev_loss']:.4f} | {r['seconds']:.0f} |"

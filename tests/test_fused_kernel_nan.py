@@ -55,7 +55,7 @@ def _model_and_one_sgd_step(weights=None):
                                   max_length=8, dropout=0.0)
     if weights is not None:
         model.set_weights(weights)
-    model.compile(keras.optimizers.SGD(0.5), kt.training.MaskedSparseCrossentropy(), jit_compile=False)
+    model.compile(keras.optimizers.SGD(0.5), kt.training.MaskedSparseCrossentropy())
     logits = to_numpy(model(INPUTS))
     loss = float(to_numpy(model.compute_loss(y=LABELS, y_pred=logits)))
     initial = [to_numpy(w) for w in model.weights]
@@ -105,7 +105,7 @@ def test_bfloat16_fit_on_bucketed_batches_stays_finite(stand_in_kernel):
     assert len({tuple(labels.shape) for _, labels in batches}) > 1  # several buckets
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = kt.models.transformer(400, 400, num_layers=1, d_model=32, num_heads=2, ff_dim=64, max_length=64)
-    model.compile(keras.optimizers.Adam(1e-3), kt.training.MaskedSparseCrossentropy(0.1), jit_compile=False)
+    model.compile(keras.optimizers.Adam(1e-3), kt.training.MaskedSparseCrossentropy(0.1))
     losses = []
     for inputs, labels in batches:
         inputs = {name: tokens.numpy() for name, tokens in inputs.items()}

@@ -30,6 +30,30 @@ def serialize_qkv_initializer(initializer):
     return keras.initializers.serialize(initializer)
 
 
+def fused_kernel_is_wrong(query_length, key_length):
+    """True where the backend's fused kernel is known to be wrong with a mask.
+
+    cuDNN's fused attention (JAX on NVIDIA GPUs) returns NaN gradients when
+    a mask tensor is passed and a sequence length is 64 mod 128: measured on
+    an H100 with JAX 0.11 by `python -m benchmarks.gpu_check` (see
+    benchmarks/README.md). `MultiHeadAttention` takes its explicit path there.
+
+    Args:
+        query_length, key_length: int (static), or None when unknown.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> fused_kernel_is_wrong(72, 72)
+    False
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    return any(isinstance(n, int) and n % 128 == 64 for n in (query_length, key_length))
+
+
 def _logit_scale_value(logit_scale, key_dim):
     if logit_scale == "sqrt":
         return 1.0 / math.sqrt(key_dim)
@@ -484,17 +508,25 @@ class MultiHeadAttention(keras.layers.Layer):
             return_attention_scores
             or self.flash_attention is False
             or (training and self.attention_dropout > 0.0)
+            or (mask is not None and fused_kernel_is_wrong(query_length, key_length))
         )
         if explicit:
             outputs, scores = self._explicit_attention(
                 q, k, v, mask, fast_causal, training
             )
         else:
+            if mask is not None:
+                # cuDNN takes a mask of the full (batch, 1, query, key) shape
+                # only; a broadcastable one makes JAX fall back to XLA.
+                mask = ops.broadcast_to(
+                    mask[:, None, :, :],
+                    (ops.shape(mask)[0], 1, query_length, key_length),
+                )
             outputs = ops.dot_product_attention(
                 q,
                 k,
                 v,
-                mask=None if mask is None else mask[:, None, :, :],
+                mask=mask,
                 scale=self.scale,
                 is_causal=fast_causal,
                 flash_attention=self.flash_attention,
