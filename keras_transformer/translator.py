@@ -1,4 +1,10 @@
-"""Strings in, strings out: tokenize, encode once, decode on the cache, detokenize."""
+"""Strings in, strings out: tokenize, encode once, decode on the cache, detokenize.
+
+No TensorFlow: the vocabulary is read with the `sentencepiece` library
+(`keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer`,
+the ids and strings of the KerasHub tokenizer), so translating runs on a
+JAX or torch machine without TensorFlow installed.
+"""
 
 import os
 import warnings
@@ -27,8 +33,11 @@ class Translator:
 
     Args:
         model: a model from `keras_transformer.models.transformer`.
-        tokenizer: the KerasHub tokenizer of its vocabulary
-            (`keras_transformer.data.tokenizer.load_tokenizer`).
+        tokenizer: the tokenizer of its vocabulary: a
+            `keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer`
+            (no TensorFlow; what `from_directory` loads) or the KerasHub
+            tokenizer of `keras_transformer.data.tokenizer.load_tokenizer`
+            (the same ids and strings).
         beam_width: int, 1 for greedy search. Defaults to 1.
         length_penalty: float, beam search's alpha. Defaults to 0.6.
         max_new_tokens: int, longest translation in tokens. Defaults to the
@@ -51,8 +60,9 @@ class Translator:
     after `keras-transformer train`, use `Translator.from_directory("runs/es-en")`):
 
     >>> import keras_transformer as kt
-    >>> from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
-    >>> tokenizer = load_tokenizer(train_tokenizer(
+    >>> from keras_transformer.data.sentence_piece_tokenizer import (
+    ...     SentencePieceTokenizer, train_tokenizer)
+    >>> tokenizer = SentencePieceTokenizer(train_tokenizer(
     ...     ["Sea la luz.", "Let there be light."], vocabulary_size=20))
     >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
     ...                               num_heads=2, ff_dim=16, max_length=8)
@@ -69,9 +79,10 @@ class Translator:
             raise ValueError(f"beam_width must be >= 1, got beam_width={beam_width}.")
         if not all(hasattr(tokenizer, name) for name in ("tokenize", "detokenize", "vocabulary_size")):
             raise TypeError(
-                f"tokenizer must be a KerasHub tokenizer, got {type(tokenizer).__name__}. "
+                f"tokenizer must be a SentencePieceTokenizer or a KerasHub tokenizer, got {type(tokenizer).__name__}. "
                 "Load the vocabulary.spm saved beside the model with "
-                "keras_transformer.data.tokenizer.load_tokenizer(path)."
+                "keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer(path) "
+                "(or KerasHub's: keras_transformer.data.tokenizer.load_tokenizer(path))."
             )
         self.model = model
         self.tokenizer = tokenizer
@@ -115,7 +126,7 @@ class Translator:
         import keras
 
         import keras_transformer  # noqa: F401  (registers the layers)
-        from keras_transformer.data.tokenizer import load_tokenizer
+        from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
 
         model_path = os.path.join(directory, "model.keras")
         if not os.path.isfile(model_path):
@@ -141,7 +152,7 @@ class Translator:
             ) from error
         check_transformer_model(model, what=f"The model in {model_path!r}")
         try:
-            tokenizer = load_tokenizer(vocabulary_path)
+            tokenizer = SentencePieceTokenizer(vocabulary_path)
         except ValueError as error:
             raise ValueError(f"{vocabulary_path!r}: {error}") from error
         return cls(model, tokenizer, **kwargs)

@@ -412,7 +412,7 @@ CASES = [
     ),
     pytest.param(
         lambda tmp: Translator(_shared_transformer(), "runs/es-en/vocabulary.spm"), TypeError,
-        r"tokenizer must be a KerasHub tokenizer, got str.*load_tokenizer", id="translator-tokenizer-given-as-path",
+        r"tokenizer must be a SentencePieceTokenizer or a KerasHub tokenizer, got str.*SentencePieceTokenizer\(path\)", id="translator-tokenizer-given-as-path",
     ),
     pytest.param(
         lambda tmp: Translator(kt.models.language_model(VOCABULARY, **SIZES), _tokenizer()), ValueError,
