@@ -57,6 +57,13 @@ def _add_train_arguments(parser):
                         help="XLA-compile the train step (default: Keras decides)")
     parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
                         help="batch sequences of similar length (default: on)")
+    parser.add_argument("--bucket-width", type=_positive_int, default=8,
+                        help="padded lengths are multiples of this (and --max-length); one compiled program "
+                             "per length on JAX, so 32 on a GPU (default: %(default)s)")
+    parser.add_argument("--input-pipeline", choices=("auto", "tf.data", "python"), default="auto",
+                        help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
+                             "no TensorFlow; the same batches (default: auto = tf.data where TensorFlow "
+                             "imports)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--distribute", choices=("data", "model"),
                         help="train on all visible devices: data = data parallel (JAX DataParallel, "
@@ -124,6 +131,11 @@ def _export(args):
 
     from keras_transformer.trainer import TrainingError
 
+    if not all(_importable(name) for name in ("tensorflow", "tensorflow_text")):
+        raise TrainingError(
+            "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "
+            "(pip install tensorflow tensorflow-text); train, translate and evaluate run without them."
+        )
     if not os.path.isfile(os.path.join(args.model, "model.keras")):
         raise TrainingError(f"--model {args.model!r} holds no model.keras: pass the --output folder of a training run.")
     if keras.backend.backend() != "tensorflow":
@@ -140,6 +152,16 @@ def _export(args):
     export_translator(args.model, args.out, args.max_new_tokens)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})")
+
+
+def _importable(name):
+    """Whether `import name` can find the package, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None (import blocked)
+        return False
 
 
 def _ablate(args):

@@ -1,10 +1,16 @@
 """The package's main job: train a Spanish -> English translator end to end.
 
-corpus -> SentencePiece vocabulary -> bucketed tf.data batches -> functional
+corpus -> SentencePiece vocabulary -> bucketed batches -> functional
 Transformer -> `model.fit` with the paper's schedule and a masked,
 label-smoothed loss -> an output folder holding the model, the vocabulary,
 the config and the logs. `keras-transformer train` is a thin layer over
 `train_translator`.
+
+The batches come from `tf.data` wherever TensorFlow imports, else from a
+`keras.utils.PyDataset` tokenized with the `sentencepiece` library
+(`input_pipeline`): the same batches either way (one NumPy batch plan), so
+a run can even resume on the other one. TensorFlow is imported only on the
+`tf.data` path, for TensorBoard logs and for `tf.distribute`.
 
 Training runs as `epochs` "virtual epochs" of `steps_per_epoch` steps over a
 repeated dataset. A backup is written at the end of each one, so a killed
@@ -32,6 +38,9 @@ import shutil
 import time
 
 import keras
+import numpy as np
+
+from keras_transformer.data.batch_plan import BUCKET_WIDTH
 
 PRESETS = {
     "tiny": dict(num_layers=2, d_model=128, num_heads=4, ff_dim=512),
@@ -40,9 +49,11 @@ PRESETS = {
     "big": dict(num_layers=6, d_model=1024, num_heads=16, ff_dim=4096),
 }
 DISTRIBUTE_MODES = ("data", "model")
+INPUT_PIPELINES = ("auto", "tf.data", "python")
 # Fields that may differ when a run is resumed in the same folder (a backup
-# holds whole arrays, so it reloads onto another number of devices).
-_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute")
+# holds whole arrays, so it reloads onto another number of devices; both
+# input pipelines yield the same batches).
+_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute", "input_pipeline")
 CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
 MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabulary.spm", "backup", "log.csv"
 # What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
@@ -102,6 +113,11 @@ class TrainConfig:
         mixed_precision: None, "float16" or "bfloat16".
         jit_compile: True, False or "auto" (Keras decides).
         bucket: batch sequences of similar length together.
+        bucket_width: padded lengths are multiples of this (and
+            max_length). Defaults to 8. Each padded length is one batch
+            shape, and JAX compiles one program per shape (about a minute
+            each for the base model on a GPU): use 32 there (lengths
+            32/64/96/128).
         tie_embeddings: share the decoder embedding with the output layer.
         seed: seeds weights, dropout and data order.
         distribute: None (one device), "data" (data parallel: the model is
@@ -110,6 +126,11 @@ class TrainConfig:
             across the devices of each host, see
             `model_parallel_layout_map`). Needs the JAX or TensorFlow
             backend; with a single device it trains on that one.
+        input_pipeline: "auto" (the default: "tf.data" where TensorFlow
+            imports, else "python"), "tf.data" (`tf.data`, tokenized with
+            KerasHub) or "python" (a `keras.utils.PyDataset` tokenized with
+            the `sentencepiece` library, no TensorFlow). Both yield the same
+            batches.
 
     Example:
 
@@ -139,6 +160,8 @@ class TrainConfig:
     tie_embeddings: bool = True
     seed: int = 0
     distribute: str = None
+    bucket_width: int = BUCKET_WIDTH
+    input_pipeline: str = "auto"
 
     def resolved(self):
         """A copy with the preset and the hardware defaults filled in."""
@@ -159,7 +182,8 @@ class TrainConfig:
 
     def _validate(self):
         positive = ("num_layers", "d_model", "num_heads", "ff_dim", "max_length",
-                    "vocabulary_size", "batch_tokens", "epochs", "steps_per_epoch", "warmup_steps")
+                    "vocabulary_size", "batch_tokens", "epochs", "steps_per_epoch", "warmup_steps",
+                    "bucket_width")
         for key in positive:
             if getattr(self, key) < 1:
                 raise TrainingError(f"--{key.replace('_', '-')} must be positive, got {getattr(self, key)}.")
@@ -180,6 +204,15 @@ class TrainConfig:
             )
         if self.corpus is not None and not os.path.isfile(self.corpus):
             raise TrainingError(f"--corpus {self.corpus!r} does not exist.")
+        if self.input_pipeline not in INPUT_PIPELINES:
+            raise TrainingError(
+                f"--input-pipeline must be one of {', '.join(INPUT_PIPELINES)}, got {self.input_pipeline!r}."
+            )
+        if self.input_pipeline == "tf.data" and not tensorflow_imports():
+            raise TrainingError(
+                "--input-pipeline tf.data needs TensorFlow, which does not import here: "
+                "pip install tensorflow, or use --input-pipeline python (the same batches, no TensorFlow)."
+            )
         if self.distribute not in (None, *DISTRIBUTE_MODES):
             raise TrainingError(f"--distribute must be data or model, got {self.distribute!r}.")
         backend = keras.backend.backend()
@@ -198,6 +231,21 @@ class TrainConfig:
     def total_steps(self):
         """Optimizer steps of the whole run."""
         return self.epochs * self.steps_per_epoch
+
+
+def tensorflow_imports():
+    """True when `import tensorflow` works here.
+
+    Example:
+
+    >>> tensorflow_imports() in (True, False)
+    True
+    """
+    try:
+        import tensorflow  # noqa: F401
+    except Exception:  # ImportError, or a broken install (missing libraries...)
+        return False
+    return True
 
 
 def _read_json(path):
@@ -247,9 +295,11 @@ def prepare_output(config, overwrite=False):
         return 0
     saved = _read_json(config_path)
     current = dataclasses.asdict(config)
+    # A field newer than the saved run's config had its default there.
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
     different = sorted(
         key for key in current
-        if key not in _RESUMABLE_CHANGES and saved.get(key) != current[key]
+        if key not in _RESUMABLE_CHANGES and saved.get(key, defaults[key]) != current[key]
     )
     if different:
         changes = ", ".join(f"{key}: {saved.get(key)!r} -> {current[key]!r}" for key in different)
@@ -608,7 +658,12 @@ def _place_on_tensorflow(config, log):
 
 def _for_devices(dataset, placement):
     """Pads a pass's last, smaller batches to a multiple of the replicas, and
-    gives each host its slice of every global batch."""
+    gives each host its slice of every global batch (a `tf.data.Dataset` or
+    a `keras.utils.PyDataset`)."""
+    if placement.batch_multiple == 1 and placement.num_processes == 1:
+        return dataset
+    if isinstance(dataset, keras.utils.PyDataset):
+        return _DeviceSlices(dataset, placement)
     import tensorflow as tf
 
     multiple, processes, index = placement.batch_multiple, placement.num_processes, placement.process_id
@@ -625,20 +680,79 @@ def _for_devices(dataset, placement):
 
         return {name: part(tokens) for name, tokens in inputs.items()}, part(labels)
 
-    if multiple == 1 and processes == 1:
-        return dataset
     return dataset.map(split)
+
+
+class _DeviceSlices(keras.utils.PyDataset):
+    """`_for_devices` for a `keras.utils.PyDataset`, in NumPy."""
+
+    def __init__(self, batches, placement):
+        super().__init__()
+        self.batches, self.placement = batches, placement
+
+    @property
+    def num_batches(self):
+        return self.batches.num_batches
+
+    def __getitem__(self, index):
+        inputs, labels = self.batches[index]
+        return {name: self._part(tokens) for name, tokens in inputs.items()}, self._part(labels)
+
+    def _part(self, tokens):
+        # Extra rows are all padding: no loss, no accuracy, no attention.
+        rows = len(tokens)
+        padded = rows + (-rows) % self.placement.batch_multiple
+        per_host = padded // self.placement.num_processes
+        tokens = np.pad(tokens, [(0, padded - rows), (0, 0)])
+        return tokens[self.placement.process_id * per_host:(self.placement.process_id + 1) * per_host]
+
+    def on_epoch_end(self):
+        self.batches.on_epoch_end()
+
+
+def _one_pass(dataset):
+    if isinstance(dataset, keras.utils.PyDataset):
+        return (dataset[i] for i in range(dataset.num_batches))
+    return iter(dataset)
 
 
 def _token_statistics(dataset):
     """Batches, real tokens and padding fraction of one pass over a dataset."""
     batches = real = total = 0
-    for inputs, labels in dataset:
+    for inputs, labels in _one_pass(dataset):
         batches += 1
         for tokens in (inputs["encoder_tokens"], labels):
-            real += int((tokens != 0).numpy().sum())
-            total += int(tokens.shape[0] * tokens.shape[1])
+            tokens = np.asarray(tokens)
+            real += int(np.count_nonzero(tokens))
+            total += int(tokens.size)
     return batches, real, 1.0 - real / max(total, 1)
+
+
+def _input_pipeline(config, vocabulary_path):
+    """The pipeline's name, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
+    name = config.input_pipeline
+    if name == "auto":
+        name = "tf.data" if tensorflow_imports() else "python"
+    if name == "tf.data":
+        from keras_transformer.data import pipeline
+        from keras_transformer.data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(vocabulary_path)
+
+        def batches(tokens, start=0, **options):
+            dataset = pipeline.translation_dataset(tokens, **options)
+            return dataset.skip(start) if start else dataset
+
+        return name, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)), batches
+    from keras_transformer.data import python_pipeline
+    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    tokenizer = SentencePieceTokenizer(vocabulary_path)
+    return (
+        name,
+        lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, config.max_length),
+        lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
+    )
 
 
 def _sample_translations(model, tokenizer, pairs, log):
@@ -739,11 +853,8 @@ def train_translator(
 
 
 def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
-    import tensorflow as tf
-
     from keras_transformer.data import corpus
-    from keras_transformer.data import pipeline
-    from keras_transformer.data import tokenizer as tokenizer_lib
+    from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
     with placement.scope():
@@ -762,37 +873,44 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
             tokenizer_lib.train_tokenizer(texts, config.vocabulary_size, path=vocabulary_path)
         except ValueError as error:  # e.g. more pieces than the corpus supports
             raise TrainingError(f"--vocabulary-size: {error}")
-    tokenizer = tokenizer_lib.load_tokenizer(vocabulary_path)
-    train_tokens = pipeline.tokenize_pairs(train_pairs, tokenizer, config.max_length)
-    dev_tokens = pipeline.tokenize_pairs(dev_pairs, tokenizer, config.max_length)
+    input_pipeline, tokenize, batches = _input_pipeline(config, vocabulary_path)
+    if input_pipeline == "tf.data":
+        log("input pipeline: tf.data, tokenized with KerasHub")
+    else:
+        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library)"
+            + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
+    train_tokens = tokenize(train_pairs)
+    dev_tokens = tokenize(dev_pairs)
     log(
         f"corpus: {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
         f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens"
     )
     batching = dict(
         batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
-        batch_multiple=placement.batch_multiple,
+        batch_multiple=placement.batch_multiple, bucket_width=config.bucket_width,
     )
-    epoch_batches, epoch_tokens, padding = _token_statistics(
-        pipeline.translation_dataset(train_tokens, shuffle=False, **batching)
-    )
+    epoch_batches, epoch_tokens, padding = _token_statistics(batches(train_tokens, shuffle=False, **batching))
     log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
         + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
-    # Every iterator over it yields the same batches (a stateless shuffle),
-    # so a resumed or distributed run trains on the same data.
-    train_data = pipeline.translation_dataset(train_tokens, repeat=True, **batching)
-    train_data = _for_devices(train_data.skip(epochs_done * config.steps_per_epoch), placement)
-    dev_data = pipeline.translation_dataset(dev_tokens, shuffle=False, **batching)
-    # A known length keeps Keras from warning "ran out of data" after each
-    # validation pass over a bucketed dataset.
-    dev_batches = _token_statistics(dev_data)[0]
-    dev_data = _for_devices(dev_data, placement).apply(tf.data.experimental.assert_cardinality(dev_batches))
+    # Every iterator over it yields the same batches (one batch plan), so a
+    # resumed or distributed run trains on the same data; a resumed one
+    # starts after the batches it trained on.
+    train_data = batches(train_tokens, repeat=True, start=epochs_done * config.steps_per_epoch, **batching)
+    train_data = _for_devices(train_data, placement)
+    # A known number of batches: Keras does not warn "ran out of data" after
+    # each validation pass.
+    dev_data = _for_devices(batches(dev_tokens, shuffle=False, **batching), placement)
 
     log(
         f"model: preset {config.preset}, {model.count_params():,} parameters, "
         f"backend {keras.backend.backend()}, {config.total_steps} steps"
         + (f", resuming after epoch {epochs_done}" if epochs_done else "")
     )
+    tensorboard = []
+    if tensorflow_imports():  # Keras writes TensorBoard logs with tf.summary
+        tensorboard = [keras.callbacks.TensorBoard(os.path.join(output, "logs"))]
+    else:
+        log("TensorBoard logs need TensorFlow, which does not import here; the metrics are in log.csv")
     callbacks = [
         # Backup first: the progress file must never run ahead of it. The
         # last backup stays after training, so a larger --epochs continues.
@@ -802,7 +920,7 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
         _RestoreRandomState(random_state),
         _ProgressFile(os.path.join(output, PROGRESS_FILE)),
         keras.callbacks.CSVLogger(os.path.join(output, LOG_FILE), append=True),
-        keras.callbacks.TensorBoard(os.path.join(output, "logs")),
+        *tensorboard,
         _StopOnNonFiniteLoss(config.steps_per_epoch),
         *callbacks,
     ]
@@ -814,7 +932,7 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
             steps_per_epoch=config.steps_per_epoch,
             validation_data=dev_data,
             callbacks=callbacks,
-            shuffle=False,  # tf.data already shuffles
+            shuffle=False,  # the batch plan already shuffles
             verbose=verbose,
         )
     except _NonFiniteLoss as stop:
@@ -825,6 +943,7 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
     model.save(os.path.join(output, MODEL_FILE))
     sample = {}
     if sample_sentences:
+        tokenizer = tokenizer_lib.SentencePieceTokenizer(vocabulary_path)
         sample = _sample_translations(model, tokenizer, dev_pairs[:sample_sentences], log)
     summary = {
         "train_loss": history.history["loss"][-1] if history.history.get("loss") else None,
@@ -838,6 +957,7 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
         "wall_seconds": time.time() - start,
         "parameters": model.count_params(),
         "backend": keras.backend.backend(),
+        "input_pipeline": input_pipeline,
         "devices": placement.devices,
         **sample,
     }

@@ -63,10 +63,11 @@ class Record(keras.callbacks.Callback):
         self.kernel = str(getattr(sharding, "spec", sharding))
 
 results = {}
-for mode in sys.argv[2:]:
+for mode in sys.argv[2:]:  # "data", "model", "none" (one device); ":python" for the PyDataset pipeline
     record = Record()
-    config = TrainConfig(output=os.path.join(sys.argv[1], mode), distribute=None if mode == "none" else mode,
-                         **json.loads(os.environ["TINY"]))
+    distribute, _, pipeline = mode.partition(":")
+    config = TrainConfig(output=os.path.join(sys.argv[1], mode), input_pipeline=pipeline or "auto",
+                         distribute=None if distribute == "none" else distribute, **json.loads(os.environ["TINY"]))
     summary = train_translator(config, verbose=0, callbacks=[record], sample_sentences=0)
     results[mode] = dict(losses=record.losses, dev_loss=summary["dev_loss"], devices=summary["devices"],
                          kernel=record.kernel)
@@ -95,11 +96,14 @@ def _assert_same_losses(got, want, dev_rel=1e-5):
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="runs once, in the jax pass of the suite")
 def test_jax_data_and_model_parallel_on_two_devices_match_one_device(tmp_path):
-    results = _distributed_run(tmp_path, "jax", "data", "model")
+    results = _distributed_run(tmp_path, "jax", "data", "model", "data:python")
     one, data, model = results["none"], results["data"], results["model"]
     assert data["devices"] == model["devices"] == 2 and one["devices"] == 1
     _assert_same_losses(data, one, dev_rel=5e-3)
     _assert_same_losses(model, one)  # one data replica: nothing padded
+    # The keras.utils.PyDataset pipeline pads and splits the batches as tf.data does.
+    assert results["data:python"]["devices"] == 2
+    _assert_same_losses(results["data:python"], data)
     # The layout map was applied: query kernels split by output feature
     # (attention head) across the "model" axis; data parallel replicates.
     assert "'model'" in model["kernel"], model["kernel"]

@@ -112,6 +112,27 @@ def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, u
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_a_run_resumed_on_the_python_pipeline_ends_with_the_model_of_the_tf_data_run(
+    tmp_path, nan_stopped_run, uninterrupted_run
+):
+    # Trained 2 virtual epochs on tf.data (the default here), resumed on the
+    # keras.utils.PyDataset: it starts at batch 7 of the same batch stream.
+    output = tmp_path / "run"
+    shutil.copytree(nan_stopped_run[0], output)
+    messages = []
+    summary = train_translator(
+        TrainConfig(output=str(output), input_pipeline="python", **RUN), **{**QUIET, "log": messages.append}
+    )
+    assert any(m.startswith("input pipeline: python (keras.utils.PyDataset") for m in messages), messages
+    assert summary["input_pipeline"] == "python"
+    assert summary["completed_steps"] == 9 and summary["trained_steps_this_run"] == 3
+    reference, reference_weights = uninterrupted_run
+    assert reference["input_pipeline"] == "tf.data"
+    assert summary["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
+    for got, want in zip(_weights(output / "model.keras"), reference_weights):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_run):
     output, message = nan_stopped_run
     assert "loss became nan at step 8" in message
@@ -200,11 +221,26 @@ def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epoch
     train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY), **QUIET)
     with pytest.raises(TrainingError, match="different run.*d_model"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **{**TINY, "d_model": 32}))
+    with pytest.raises(TrainingError, match="different run.*bucket_width: 8 -> 16"):
+        train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, bucket_width=16, **TINY))
     with pytest.raises(TrainingError, match="finished run"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY))
     # The last backup outlives the run, so raising --epochs continues from it.
     more = train_translator(TrainConfig(output=str(tmp_path), epochs=2, steps_per_epoch=1, **TINY), **QUIET)
     assert more["completed_steps"] == 2 and more["trained_steps_this_run"] == 1
+
+
+def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_are_refused():
+    from keras_transformer import cli
+
+    args = cli.build_parser().parse_args(["train", "--bucket-width", "32", "--input-pipeline", "python"])
+    assert (args.bucket_width, args.input_pipeline) == (32, "python")
+    defaults = cli.build_parser().parse_args(["train"])
+    assert (defaults.bucket_width, defaults.input_pipeline) == (TrainConfig.bucket_width, "auto") == (8, "auto")
+    with pytest.raises(TrainingError, match="--input-pipeline must be one of auto, tf.data, python"):
+        TrainConfig(output="unused", input_pipeline="grain", **TINY).resolved()
+    with pytest.raises(TrainingError, match="--bucket-width must be positive"):
+        TrainConfig(output="unused", bucket_width=0, **TINY).resolved()
 
 
 def test_a_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):
