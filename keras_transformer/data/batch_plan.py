@@ -40,7 +40,7 @@ def padded_lengths(max_length, bucket_width=BUCKET_WIDTH):
     [32, 64, 96, 128]
     """
     for name, value in (("max_length", max_length), ("bucket_width", bucket_width)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not _is_int(value) or value < 1:
             raise ValueError(f"`{name}` must be a positive int; received {name}={value!r}")
     return list(range(bucket_width, max_length, bucket_width)) + [int(max_length)]
 
@@ -98,16 +98,16 @@ class BatchPlan:
     def __init__(self, pair_lengths, max_length, *, batch_tokens=4096, bucket=True, shuffle=True, seed=0,
                  repeat=False, batch_multiple=1, bucket_width=BUCKET_WIDTH):
         self.lengths = padded_lengths(max_length, bucket_width)
-        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, (int, np.integer)) or batch_tokens < max_length:
+        if not _is_int(batch_tokens) or batch_tokens < max_length:
             raise ValueError(
                 f"`batch_tokens` must be an int >= max_length={max_length} so that a "
                 f"batch holds the longest pair; received batch_tokens={batch_tokens!r}"
             )
-        if isinstance(batch_multiple, bool) or not isinstance(batch_multiple, (int, np.integer)) or batch_multiple < 1:
+        if not _is_int(batch_multiple) or batch_multiple < 1:
             raise ValueError(
                 f"`batch_multiple` must be a positive int; received batch_multiple={batch_multiple!r}"
             )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        if seed is not None and not _is_int(seed):
             raise ValueError(f"`seed` must be an int or None; received seed={seed!r}")
         pair_lengths = np.asarray(pair_lengths, dtype=np.int64).reshape(-1)
         if not len(pair_lengths):
@@ -241,6 +241,10 @@ class BatchPlan:
         lookback = {b: int(-(-self.batch_sizes[b] // max(c, 1))) + 1 for b, c in enumerate(self._counts)}
         for key in [k for k in self._members_cache if k[0] < pass_index - lookback[k[1]]]:
             del self._members_cache[key]
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _round_down(size, multiple):
