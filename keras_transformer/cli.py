@@ -64,6 +64,10 @@ def _add_train_arguments(parser):
                         help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
                              "no TensorFlow; the same batches (default: auto = tf.data where TensorFlow "
                              "imports)")
+    parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
+                        help="--no-flash-attention: the explicit float32-softmax attention instead of the "
+                             "backend's fused kernel, the fallback if a fused kernel gives NaN; a resumed "
+                             "run may change it (default: the backend decides)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--distribute", choices=("data", "model"),
                         help="train on all visible devices: data = data parallel (JAX DataParallel, "

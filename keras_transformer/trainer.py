@@ -53,7 +53,7 @@ INPUT_PIPELINES = ("auto", "tf.data", "python")
 # Fields that may differ when a run is resumed in the same folder (a backup
 # holds whole arrays, so it reloads onto another number of devices; both
 # input pipelines yield the same batches).
-_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute", "input_pipeline")
+_RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute", "input_pipeline", "flash_attention")
 CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
 MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabulary.spm", "backup", "log.csv"
 # What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
@@ -131,6 +131,10 @@ class TrainConfig:
             KerasHub) or "python" (a `keras.utils.PyDataset` tokenized with
             the `sentencepiece` library, no TensorFlow). Both yield the same
             batches.
+        flash_attention: None (default) lets the backend pick the attention
+            kernel (fused cuDNN / SDPA kernels on a GPU in float16 or
+            bfloat16); False takes the explicit float32-softmax path, the
+            fallback if a fused kernel misbehaves. A resumed run may change it.
 
     Example:
 
@@ -162,6 +166,7 @@ class TrainConfig:
     distribute: str = None
     bucket_width: int = BUCKET_WIDTH
     input_pipeline: str = "auto"
+    flash_attention: bool = None
 
     def resolved(self):
         """A copy with the preset and the hardware defaults filled in."""
@@ -432,11 +437,23 @@ def _non_finite_loss_error(stop, config):
         f"{good_epochs * config.steps_per_epoch} (virtual epoch {good_epochs}), and nothing was saved after it"
         if good_epochs else "no virtual epoch had finished, so there is no backup and nothing was saved"
     )
+    if config.mixed_precision and config.flash_attention is not False:
+        advice = (
+            "Under mixed precision the attention runs on the backend's fused kernel: try the explicit "
+            "attention path first (the same command plus --no-flash-attention resumes from the backup), "
+            "then float32 (without --mixed-precision, with --overwrite)"
+            + (", or bfloat16 rather than float16" if config.mixed_precision == "float16" else "")
+            + "; a lower learning rate (a larger --warmup-steps, with --overwrite) helps if neither does."
+        )
+    else:
+        advice = (
+            "Lower the learning rate (a larger --warmup-steps)"
+            + (" or train in float32 (without --mixed-precision)" if config.mixed_precision else "")
+            + " and start again with --overwrite; the same command resumes from the backup but will "
+            "probably fail at the same step."
+        )
     return TrainingError(
-        f"the training loss became {stop.value} at step {stop.step}; training stopped there. {kept}. "
-        "Lower the learning rate (e.g. a larger --warmup-steps) or use --mixed-precision bfloat16 "
-        "rather than float16, and start again with --overwrite; the same command resumes from the "
-        "backup but will probably fail at the same step."
+        f"the training loss became {stop.value} at step {stop.step}; training stopped there. {kept}. {advice}"
     )
 
 
@@ -795,7 +812,7 @@ def build_translator(config, **model_options):
         max_length=config.max_length,
         dropout=config.dropout,
         tie_embeddings=config.tie_embeddings,
-        **model_options,
+        **{"flash_attention": config.flash_attention, **model_options},
     )
     schedule = training.TransformerSchedule(config.d_model, warmup_steps=config.warmup_steps)
     model.compile(

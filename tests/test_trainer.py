@@ -1,6 +1,7 @@
 """The main job on the test fixture: train, resume after faults, refuse bad input."""
 
 import csv
+import dataclasses
 import json
 import os
 import pathlib
@@ -254,3 +255,29 @@ def test_unwritable_output_fails_before_training(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(TrainingError, match="not writable"):
         train_translator(TrainConfig(output=str(blocker / "run"), epochs=1, steps_per_epoch=1, **TINY))
+
+
+@pytest.mark.parametrize("mixed_precision", [None, "bfloat16"])
+def test_the_non_finite_loss_message_names_the_step_and_what_to_try(tmp_path, mixed_precision):
+    config = TrainConfig(**{**RUN, "output": str(tmp_path), "mixed_precision": mixed_precision}).resolved()
+    message = str(trainer._non_finite_loss_error(trainer._NonFiniteLoss(8, float("nan")), config))
+    assert "loss became nan at step 8" in message
+    assert "--warmup-steps" in message
+    if mixed_precision:
+        assert "--no-flash-attention resumes" in message and "float32" in message
+    else:
+        assert "flash-attention" not in message
+
+
+def test_no_flash_attention_reaches_every_attention_layer_and_keeps_the_outputs(tmp_path):
+    config = TrainConfig(**{**RUN, "output": str(tmp_path)}).resolved()
+    tokens = {"encoder_tokens": np.array([[5, 6, 7, 0]]), "decoder_tokens": np.array([[2, 9, 0, 0]])}
+    outputs = {}
+    for flash_attention in (None, False):
+        keras.utils.set_random_seed(0)
+        model = trainer.build_translator(dataclasses.replace(config, flash_attention=flash_attention))
+        attention = [getattr(layer, name) for layer in model.layers
+                     for name in ("self_attention", "cross_attention") if hasattr(layer, name)]
+        assert attention and all(layer.flash_attention is flash_attention for layer in attention)
+        outputs[flash_attention] = keras.ops.convert_to_numpy(model(tokens))
+    np.testing.assert_allclose(outputs[False], outputs[None], atol=1e-5)
