@@ -96,7 +96,6 @@ def value_and_input_gradients(function, inputs, constants=()):
         tensors = [ops.convert_to_tensor(x).detach().requires_grad_(True) for x in inputs]
         value, outputs = function(*tensors, *constants)
         gradients = torch.autograd.grad(value, tensors)
-        outputs = outputs.detach()
     else:
         import tensorflow as tf
 
@@ -106,7 +105,8 @@ def value_and_input_gradients(function, inputs, constants=()):
                 tape.watch(tensor)
             value, outputs = function(*tensors, *constants)
         gradients = tape.gradient(value, tensors)
-    return float(to_numpy(value)), to_numpy(outputs), [to_numpy(g) for g in gradients]
+    outputs = [to_numpy(o) for o in outputs] if isinstance(outputs, (list, tuple)) else to_numpy(outputs)
+    return float(to_numpy(value)), outputs, [to_numpy(g) for g in gradients]
 
 
 def _relative_error(actual, expected, where=None):
@@ -119,77 +119,101 @@ def _relative_error(actual, expected, where=None):
     return float(np.max(np.abs(actual - expected))) / scale
 
 
-def attention_case(kind, length, padded, seed=0):
-    """One cell of the matrix: fused (the backend's choice) vs explicit attention.
+def attention_cases(length, cells, seed=0):
+    """Cells of the matrix at one length: fused (the backend's choice) vs explicit attention.
+
+    Every cell runs both paths, forward and backward; on JAX all of them
+    make one compiled program (compiling is what a GPU run spends its time
+    on), each cell with its own copies of the inputs, so its gradients are
+    its own.
 
     Args:
-        kind: "self", "causal" or "cross".
         length: int, query length (and key length).
-        padded: bool, pad rows to 3/4, 1/2 and 0 of the length.
+        cells: list of `(kind, padded)`: kind "self", "causal" or "cross";
+            padded pads rows to 3/4, 1/2 and 0 of the length.
         seed: int, seeds weights and inputs.
 
     Returns:
-        A dict: `finite` (outputs and gradients of both paths),
-        `output_error` and `gradient_error` (relative to the explicit path, at
-        real query positions), and `padded_rows_zero` (padded queries output
-        exactly zero).
+        A list of dicts, one per cell: `kind`, `length`, `padded`, `finite`
+        (outputs and gradients of both paths), `output_error` and
+        `gradient_error` (relative to the explicit path, at real query
+        positions), and `padded_rows_zero` (padded queries output exactly
+        zero).
 
     Example:
 
-    >>> row = attention_case("causal", 8, padded=True)
+    >>> [row] = attention_cases(8, [("causal", True)])
     >>> row["finite"], row["output_error"] < OUTPUT_TOLERANCE
     (True, True)
     """
     from keras_transformer.layers import MultiHeadAttention
 
     rng = np.random.default_rng(seed)
-    query = rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
-    source = query if kind != "cross" else rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
-    query_lengths = padded_lengths_for(length, padded)
-    source_lengths = query_lengths if kind != "cross" else padded_lengths_for(length, padded)[::-1][1:] + [0]
-    query_mask = _row_mask(query_lengths, length) if padded else None
-    source_mask = _row_mask(source_lengths, length) if padded else None
-    cotangent = rng.normal(size=(BATCH, length, D_MODEL)).astype("float32")
-    real = query_mask if padded else np.ones((BATCH, length), bool)
-    weights = None
-    results = {}
-    for name, flash in (("fused", None), ("explicit", False)):
-        keras.utils.set_random_seed(seed)
-        layer = MultiHeadAttention(
+    keras.utils.set_random_seed(seed)
+    shape = (BATCH, length, D_MODEL)
+    layers = {}
+    for path, flash in (("fused", None), ("explicit", False)):
+        layers[path] = MultiHeadAttention(
             NUM_HEADS, D_MODEL // NUM_HEADS, flash_attention=flash, dtype="mixed_bfloat16"
         )
-        layer.build(query.shape, source.shape)
-        if weights is None:
-            weights = layer.get_weights()
-        layer.set_weights(weights)
+        layers[path].build(shape, shape)
+    weights = [ops.convert_to_numpy(w) for w in layers["fused"].trainable_variables]
+    runs, inputs, cotangents = [], [], []
+    for kind, padded in cells:
+        query_lengths = padded_lengths_for(length, padded)
+        source_lengths = query_lengths if kind != "cross" else query_lengths[::-1][1:] + [0]
+        masks = {
+            "query_mask": _row_mask(query_lengths, length) if padded else None,
+            "value_mask": _row_mask(source_lengths, length) if padded else None,
+            "use_causal_mask": kind == "causal",
+        }
+        real = _row_mask(query_lengths, length)
+        cell_inputs = [rng.normal(size=shape).astype("float32") for _ in range(2 if kind == "cross" else 1)]
+        cotangent = rng.normal(size=shape).astype("float32") * real[..., None]
+        for path in ("fused", "explicit"):
+            runs.append(dict(kind=kind, padded=padded, path=path, masks=masks, real=real,
+                             first_input=len(inputs), num_inputs=len(cell_inputs)))
+            inputs += cell_inputs
+            cotangents.append(cotangent)
 
-        def loss(q, s, weighted_cotangent, *variables, layer=layer):
-            outputs, _ = layer.stateless_call(
-                list(variables), [], q, q if s is None else s,
-                query_mask=query_mask, value_mask=source_mask, use_causal_mask=kind == "causal",
+    def function(*arguments):
+        tensors = arguments[: len(inputs)]
+        run_cotangents = arguments[len(inputs): len(inputs) + len(runs)]
+        variables = list(arguments[len(inputs) + len(runs):])
+        total, outputs = 0.0, []
+        for run, cotangent in zip(runs, run_cotangents):
+            query, *source = tensors[run["first_input"]: run["first_input"] + run["num_inputs"]]
+            output, _ = layers[run["path"]].stateless_call(
+                variables, [], query, source[0] if source else query, **run["masks"]
             )
-            outputs = ops.cast(outputs, "float32")
-            return ops.sum(outputs * weighted_cotangent), outputs
+            output = ops.cast(output, "float32")
+            total = total + ops.sum(output * cotangent)
+            outputs.append(output)
+        return total, outputs
 
-        constants = [cotangent * real[..., None], *weights]
-        if kind == "cross":
-            _, outputs, gradients = value_and_input_gradients(loss, [query, source], constants)
-        else:
-            _, outputs, gradients = value_and_input_gradients(
-                lambda q, *rest: loss(q, None, *rest), [query], constants
-            )
-        results[name] = outputs, gradients
-    (fused, fused_gradients), (explicit, explicit_gradients) = results["fused"], results["explicit"]
-    arrays = [fused, explicit, *fused_gradients, *explicit_gradients]
-    return {
-        "kind": kind,
-        "length": length,
-        "padded": padded,
-        "finite": all(bool(np.isfinite(a).all()) for a in arrays),
-        "output_error": _relative_error(fused, explicit, real),
-        "gradient_error": max(_relative_error(a, b) for a, b in zip(fused_gradients, explicit_gradients)),
-        "padded_rows_zero": bool(np.all(fused[~real] == 0)),
-    }
+    _, outputs, gradients = value_and_input_gradients(function, inputs, cotangents + weights)
+    rows = []
+    for i in range(0, len(runs), 2):
+        fused_run, explicit_run = runs[i], runs[i + 1]
+        fused, explicit = outputs[i], outputs[i + 1]
+
+        def gradients_of(run):
+            return gradients[run["first_input"]: run["first_input"] + run["num_inputs"]]
+
+        arrays = [fused, explicit, *gradients_of(fused_run), *gradients_of(explicit_run)]
+        real = fused_run["real"]
+        rows.append({
+            "kind": fused_run["kind"],
+            "length": length,
+            "padded": fused_run["padded"],
+            "finite": all(bool(np.isfinite(a).all()) for a in arrays),
+            "output_error": _relative_error(fused, explicit, real),
+            "gradient_error": max(
+                _relative_error(a, b) for a, b in zip(gradients_of(fused_run), gradients_of(explicit_run))
+            ),
+            "padded_rows_zero": bool(np.all(fused[~real] == 0)),
+        })
+    return rows
 
 
 def raw_kernel_case(length, seed=0):
@@ -240,17 +264,15 @@ def check_attention(lengths=LENGTHS, kinds=KINDS, log=print):
     start = time.time()
     for length in lengths:
         log(f"   length {length} ({time.time() - start:.0f} s)")
-        for kind in kinds:
-            for padded in (False, True):
-                row = attention_case(kind, length, padded)
-                rows.append(row)
-                bad = (not row["finite"] or row["output_error"] > OUTPUT_TOLERANCE
-                       or row["gradient_error"] > GRADIENT_TOLERANCE or not row["padded_rows_zero"])
-                if bad:
-                    failures.append(row)
-                    log(f"   FAIL {kind} length {length} padded {padded}: finite {row['finite']}, "
-                        f"output error {row['output_error']:.3g}, gradient error {row['gradient_error']:.3g}, "
-                        f"padded rows zero {row['padded_rows_zero']}")
+        for row in attention_cases(length, [(kind, padded) for kind in kinds for padded in (False, True)]):
+            rows.append(row)
+            bad = (not row["finite"] or row["output_error"] > OUTPUT_TOLERANCE
+                   or row["gradient_error"] > GRADIENT_TOLERANCE or not row["padded_rows_zero"])
+            if bad:
+                failures.append(row)
+                log(f"   FAIL {row['kind']} length {length} padded {row['padded']}: finite {row['finite']}, "
+                    f"output error {row['output_error']:.3g}, gradient error {row['gradient_error']:.3g}, "
+                    f"padded rows zero {row['padded_rows_zero']}")
     log(f"   layer: {len(rows) - len(failures)}/{len(rows)} cells finite and within tolerance; "
         f"worst output error {max(r['output_error'] for r in rows):.4f}, "
         f"worst gradient error {max(r['gradient_error'] for r in rows):.4f}")

@@ -79,12 +79,10 @@ def test_nan_in_rows_without_keys_changes_no_logit_loss_or_gradient(monkeypatch)
     assert any(np.abs(after - before).max() > 0 for before, after in zip(initial, stepped))
 
 
-@pytest.mark.parametrize("kind", gpu_check.KINDS)
-def test_layer_with_the_stand_in_kernel_matches_the_explicit_path(stand_in_kernel, kind):
-    # The GPU check's matrix, on the CPU at a few lengths: 64 and 72 straddle
-    # the length (64 mod 128) where cuDNN's backward has gone wrong.
-    for length in (8, 64, 72):
-        row = gpu_check.attention_case(kind, length, padded=True)
+@pytest.mark.parametrize("length", [8, 72])
+def test_layer_with_the_stand_in_kernel_matches_the_explicit_path(stand_in_kernel, length):
+    # The GPU check's matrix, on the CPU at a few lengths.
+    for row in gpu_check.attention_cases(length, [(kind, True) for kind in gpu_check.KINDS]):
         assert row["finite"], row
         assert row["padded_rows_zero"], row
         assert row["output_error"] < gpu_check.OUTPUT_TOLERANCE, row
@@ -101,8 +99,15 @@ def test_bfloat16_fit_on_bucketed_batches_stays_finite(stand_in_kernel):
     texts = [p.source for p in pairs] + [p.target for p in pairs]
     tokenizer = tokenizer_lib.load_tokenizer(tokenizer_lib.train_tokenizer(texts, vocabulary_size=400))
     tokenized = pipeline.tokenize_pairs(pairs, tokenizer, max_length=64)
-    batches = list(pipeline.translation_dataset(tokenized, batch_tokens=512, repeat=True).take(8))
-    assert len({tuple(labels.shape) for _, labels in batches}) > 1  # several buckets
+    # Buckets of 32 and 64 tokens: 64 is where cuDNN's backward failed on a GPU.
+    dataset = pipeline.translation_dataset(tokenized, batch_tokens=512, repeat=True, bucket_width=32)
+    batches, per_shape = [], {}
+    for inputs, labels in dataset.take(60):  # two batches of each bucket
+        shape = tuple(labels.shape)
+        if per_shape.get(shape, 0) < 2:
+            per_shape[shape] = per_shape.get(shape, 0) + 1
+            batches.append((inputs, labels))
+    assert {length for _, length in per_shape} == {32, 64}, per_shape
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = kt.models.transformer(400, 400, num_layers=1, d_model=32, num_heads=2, ff_dim=64, max_length=64)
     model.compile(keras.optimizers.Adam(1e-3), kt.training.MaskedSparseCrossentropy(0.1))
