@@ -51,7 +51,7 @@ INPUTS = {"encoder_tokens": ENCODER_TOKENS, "decoder_tokens": DECODER_TOKENS}
 def _model_and_one_sgd_step(weights=None):
     """A small translator, its logits, its loss and its weights after one SGD step."""
     keras.utils.set_random_seed(0)
-    model = kt.models.transformer(20, 20, num_layers=2, d_model=16, num_heads=2, ff_dim=32,
+    model = kt.models.transformer(20, 20, num_layers=1, d_model=16, num_heads=2, ff_dim=32,
                                   max_length=8, dropout=0.0)
     if weights is not None:
         model.set_weights(weights)
