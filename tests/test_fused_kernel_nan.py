@@ -116,3 +116,20 @@ def test_bfloat16_fit_on_bucketed_batches_stays_finite(stand_in_kernel):
         inputs = {name: tokens.numpy() for name, tokens in inputs.items()}
         losses.append(float(to_numpy(model.train_on_batch(inputs, labels.numpy()))))
     assert np.isfinite(losses).all(), losses
+
+
+def test_a_mask_at_a_length_of_64_mod_128_skips_the_fused_kernel_on_jax_only(monkeypatch):
+    calls = []
+
+    def counting_kernel(*args, **kwargs):
+        calls.append(1)
+        return nan_for_rows_without_keys(*args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", counting_kernel)
+    layer = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    for length in (64, 72):
+        x = np.random.default_rng(0).random((2, length, 8)).astype("float32")
+        calls.clear()
+        layer(x, x, value_mask=np.ones((2, length), bool))
+        skipped = length % 128 == 64 and keras.backend.backend() == "jax"
+        assert calls == ([] if skipped else [1]), (length, calls)
