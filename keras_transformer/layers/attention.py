@@ -151,7 +151,8 @@ class MultiHeadAttention(keras.layers.Layer):
     - A query row whose keys are all masked, and a padded query, give
       zeros, never NaN, whatever the kernel: such rows reach the kernel
       with keys to attend to and are selected away after it (fused kernels
-      return NaN for rows with no visible key).
+      have returned NaN for such rows in some versions, and a NaN there
+      would spread).
 
     Args:
         num_heads: int, number of attention heads.
@@ -472,10 +473,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         # The query padding mask never enters the kernel's mask: a padded
-        # query would be a row with no visible key, for which fused kernels
-        # (cuDNN, SDPA) return NaN, and a NaN at a padded position reaches
-        # every real position of the next layer through its values. Padded
-        # queries attend like real ones and are zeroed afterwards instead.
+        # query would be a row with no visible key, which fused kernels have
+        # turned into NaN in some versions, and a NaN at a padded position
+        # reaches every real position of the next layer through its values.
+        # Padded queries attend like real ones and are zeroed afterwards.
         fast_causal = (
             use_causal_mask
             and cache_index is None
