@@ -62,6 +62,35 @@ def _logit_scale_value(logit_scale, key_dim):
     return float(logit_scale)
 
 
+def _resolve_alias(name, value, keras_name, keras_value, default, kind):
+    """One value from an argument and its Keras alias; refuses two that differ."""
+    if keras_value is None:
+        return default if value is None else value
+    if value is not None and kind(value) != kind(keras_value):
+        raise ValueError(
+            f"MultiHeadAttention got {name}={value!r} and {keras_name}="
+            f"{keras_value!r}; `{keras_name}` is Keras' name for `{name}`, so "
+            "pass one of them (or equal values)."
+        )
+    return keras_value
+
+
+def _output_shape_width(output_shape):
+    """Keras' `output_shape` (an int or a tuple of one int) as an int, or None."""
+    if output_shape is None:
+        return None
+    width = output_shape
+    if isinstance(output_shape, (tuple, list)) and len(output_shape) == 1:
+        (width,) = output_shape
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(
+            "MultiHeadAttention's output projection maps each position to a "
+            "vector, so `output_shape` must be a positive int or a tuple of "
+            f"one positive int (or use output_dim), got output_shape={output_shape!r}."
+        )
+    return width
+
+
 def merge_attention_masks(
     query_length,
     key_length,
@@ -154,6 +183,18 @@ class MultiHeadAttention(keras.layers.Layer):
       have returned NaN for such rows in some versions, and a NaN there
       would spread).
 
+    As a drop-in for `keras.layers.MultiHeadAttention`, the layer accepts
+    these Keras arguments by keyword, with Keras' meaning: `num_heads`,
+    `key_dim`, `value_dim`, `dropout`, `use_bias`, `output_shape`,
+    `kernel_initializer`, `bias_initializer`, `flash_attention` and `seed`,
+    and Keras' call arguments. `dropout`, `output_shape` and
+    `kernel_initializer` are stored as `attention_dropout`, `output_dim` and
+    the four projection initializers, the names `get_config` uses. Not
+    accepted: `attention_axes`, `sliding_window`, `use_gate` and the kernel
+    and bias regularizers and constraints. Differences that remain: the
+    positional order after `value_dim`, and a padded query or a query with
+    no visible key gives zeros here where Keras averages all values.
+
     Args:
         num_heads: int, number of attention heads.
         key_dim: int, size of each head for queries and keys.
@@ -162,10 +203,13 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_dropout: float, dropout rate on the attention weights.
             Defaults to 0.
         use_bias: bool, whether projections have biases. Defaults to True.
-        query_initializer: initializer of W_Q. Defaults to Glorot uniform.
-        key_initializer: initializer of W_K. Defaults to Glorot uniform.
-        value_initializer: initializer of W_V. Defaults to Glorot uniform.
-        output_initializer: initializer of W_O. Defaults to Glorot uniform;
+        query_initializer: initializer of W_Q. Defaults to
+            `kernel_initializer`.
+        key_initializer: initializer of W_K. Defaults to `kernel_initializer`.
+        value_initializer: initializer of W_V. Defaults to
+            `kernel_initializer`.
+        output_initializer: initializer of W_O. Defaults to
+            `kernel_initializer`;
             `keras_transformer.initializers.DepthScaled` for deep stacks.
         bias_initializer: initializer of all biases. Defaults to zeros.
         fused_qkv: bool, one kernel for Q, K and V. Needs equal query, key
@@ -181,6 +225,14 @@ class MultiHeadAttention(keras.layers.Layer):
             False takes the explicit float32-softmax path on every backend,
             the fallback if a fused kernel misbehaves on some device.
         seed: int, seed of the attention dropout. Defaults to None.
+        dropout: Keras' name for `attention_dropout`. Giving both with
+            different values raises a `ValueError`.
+        output_shape: Keras' name for `output_dim`: an int or a tuple of one
+            int (this layer's output keeps one feature axis). Giving both
+            with different values raises a `ValueError`.
+        kernel_initializer: initializer of the projections (W_Q, W_K, W_V,
+            W_O) whose own initializer is not given, as in Keras. Defaults
+            to Glorot uniform.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -222,20 +274,36 @@ class MultiHeadAttention(keras.layers.Layer):
         key_dim,
         value_dim=None,
         output_dim=None,
-        attention_dropout=0.0,
+        attention_dropout=None,
         use_bias=True,
-        query_initializer="glorot_uniform",
-        key_initializer="glorot_uniform",
-        value_initializer="glorot_uniform",
-        output_initializer="glorot_uniform",
+        query_initializer=None,
+        key_initializer=None,
+        value_initializer=None,
+        output_initializer=None,
         bias_initializer="zeros",
         fused_qkv=False,
         qkv_initializer=None,
         logit_scale="sqrt",
         flash_attention=None,
         seed=None,
+        dropout=None,
+        output_shape=None,
+        kernel_initializer=None,
         **kwargs,
     ):
+        # Keras' names are resolved to this layer's own before the base
+        # class sees `kwargs`, so `get_config` only ever holds the latter.
+        attention_dropout = _resolve_alias(
+            "attention_dropout", attention_dropout, "dropout", dropout, 0.0, float
+        )
+        output_dim = _resolve_alias(
+            "output_dim", output_dim, "output_shape", _output_shape_width(output_shape), None, int
+        )
+        kernel_initializer = "glorot_uniform" if kernel_initializer is None else kernel_initializer
+        query_initializer = kernel_initializer if query_initializer is None else query_initializer
+        key_initializer = kernel_initializer if key_initializer is None else key_initializer
+        value_initializer = kernel_initializer if value_initializer is None else value_initializer
+        output_initializer = kernel_initializer if output_initializer is None else output_initializer
         super().__init__(**kwargs)
         for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
             if not isinstance(value, int) or value < 1:
@@ -251,9 +319,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"logit_scale={logit_scale!r}."
             )
         if not 0.0 <= attention_dropout < 1.0:
+            name = "attention_dropout" if dropout is None else "dropout"
             raise ValueError(
-                "attention_dropout must be in [0, 1), got "
-                f"attention_dropout={attention_dropout!r}."
+                f"{name} (attention-weight dropout) must be in [0, 1), got "
+                f"{name}={attention_dropout!r}."
             )
         value_dim = value_dim or key_dim
         if fused_qkv and value_dim != key_dim:
@@ -280,6 +349,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self._dropout = keras.layers.Dropout(
             self.attention_dropout, seed=seed, dtype=self.dtype_policy
         )
+
+    @property
+    def dropout(self):
+        """The attention-weight dropout rate, under Keras' name."""
+        return self.attention_dropout
 
     @property
     def scale(self):

@@ -1,0 +1,153 @@
+"""`MultiHeadAttention` takes the arguments of `keras.layers.MultiHeadAttention`."""
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import to_numpy
+from keras_transformer.layers import MultiHeadAttention
+
+BATCH, LENGTH, WIDTH, HEADS, KEY_DIM = 2, 5, 12, 3, 4
+
+
+@pytest.fixture
+def inputs(rng):
+    query = rng.normal(size=(BATCH, LENGTH, WIDTH)).astype("float32")
+    source = rng.normal(size=(BATCH, LENGTH + 1, WIDTH)).astype("float32")
+    return query, source
+
+
+def _copy_keras_weights(reference, ours, use_bias):
+    """Keras keeps (d, heads, dim) and (heads, dim, d_out) kernels; ours are 2-D."""
+    for name in ("query", "key", "value"):
+        dense = getattr(reference, f"{name}_dense")
+        kernel = to_numpy(dense.kernel)
+        getattr(ours, f"{name}_kernel").assign(np.reshape(kernel, (kernel.shape[0], -1)))
+        if use_bias:
+            getattr(ours, f"{name}_bias").assign(np.reshape(to_numpy(dense.bias), (-1,)))
+    kernel = to_numpy(reference.output_dense.kernel)
+    ours.output_kernel.assign(np.reshape(kernel, (-1, kernel.shape[-1])))
+    if use_bias:
+        ours.output_bias.assign(to_numpy(reference.output_dense.bias))
+
+
+@pytest.mark.parametrize(
+    "kwargs, masking",
+    [
+        (dict(output_shape=8), "none"),
+        (dict(use_bias=False, output_shape=(8,)), "attention_mask"),
+        (dict(output_shape=8, kernel_initializer="ones", bias_initializer="ones"), "padding"),
+    ],
+    ids=["int_output_shape", "no_bias_tuple_output_shape_attention_mask", "initializers_padding"],
+)
+def test_same_arguments_and_weights_give_keras_outputs(inputs, rng, kwargs, masking):
+    query, source = inputs
+    kwargs = dict(num_heads=HEADS, key_dim=KEY_DIM, dropout=0.5, seed=1, **kwargs)
+    reference = keras.layers.MultiHeadAttention(**kwargs)
+    ours = MultiHeadAttention(**kwargs)
+    call_kwargs = {}
+    if masking == "attention_mask":
+        mask = np.tril(np.ones((LENGTH, LENGTH + 1), bool), k=1)
+        call_kwargs["attention_mask"] = np.stack([mask, mask[::-1, ::-1]])
+    elif masking == "padding":
+        # Padded keys only: Keras and this layer treat a padded query
+        # differently (a uniform average there, zeros here).
+        call_kwargs["value_mask"] = np.array([[1] * 4 + [0] * 2, [1] * 2 + [0] * 4], bool)
+    reference(query, source)  # builds
+    # Random weights, biases included, so a misplaced weight shows.
+    reference.set_weights([rng.normal(scale=0.3, size=w.shape).astype("float32") for w in reference.get_weights()])
+    expected = reference(query, source, training=False, **call_kwargs)
+    ours(query, source)
+    _copy_keras_weights(reference, ours, kwargs.get("use_bias", True))
+    got = ours(query, source, training=False, **call_kwargs)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_initializer_is_the_default_of_all_four_projections(inputs):
+    query, source = inputs
+    layer = MultiHeadAttention(
+        HEADS, KEY_DIM, kernel_initializer="ones", bias_initializer="ones", value_initializer="zeros"
+    )
+    layer(query, source)
+    for name, value in (("query", 1.0), ("key", 1.0), ("value", 0.0), ("output", 1.0)):
+        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_kernel")), value, err_msg=name)
+        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_bias")), 1.0, err_msg=name)
+
+
+def test_a_seeded_kernel_initializer_acts_like_one_passed_to_each_projection(inputs):
+    query, _ = inputs
+    names = ("query", "key", "value", "output")
+    seeded = keras.initializers.GlorotUniform(seed=7)
+    via_keras_name = MultiHeadAttention(HEADS, KEY_DIM, kernel_initializer=seeded)
+    via_own_names = MultiHeadAttention(HEADS, KEY_DIM, **{f"{n}_initializer": seeded for n in names})
+    for layer in (via_keras_name, via_own_names):
+        layer(query, query)
+    for name in names:
+        np.testing.assert_array_equal(
+            to_numpy(getattr(via_keras_name, f"{name}_kernel")),
+            to_numpy(getattr(via_own_names, f"{name}_kernel")),
+        )
+    # Still one seed per projection: Q and K do not start equal.
+    assert not np.allclose(to_numpy(via_keras_name.query_kernel), to_numpy(via_keras_name.key_kernel))
+
+
+def test_dropout_drops_attention_weights_in_training_only(inputs):
+    query, _ = inputs
+    layer = MultiHeadAttention(HEADS, KEY_DIM, dropout=0.5, seed=3)
+    assert layer.dropout == layer.attention_dropout == 0.5
+    inference = to_numpy(layer(query, query, training=False))
+    np.testing.assert_array_equal(to_numpy(layer(query, query)), inference)
+    assert not np.allclose(to_numpy(layer(query, query, training=True)), inference)
+    # The same rate under this layer's own name, with the same seed and
+    # weights, draws the same masks: `dropout` is that argument, not another.
+    own_name = MultiHeadAttention(HEADS, KEY_DIM, attention_dropout=0.5, seed=3)
+    alias = MultiHeadAttention(HEADS, KEY_DIM, dropout=0.5, seed=3)
+    own_name(query, query)
+    alias(query, query)
+    alias.set_weights(own_name.get_weights())
+    np.testing.assert_array_equal(
+        to_numpy(alias(query, query, training=True)), to_numpy(own_name(query, query, training=True))
+    )
+
+
+def test_config_round_trip_keeps_behaviour_under_canonical_keys(inputs):
+    query, _ = inputs
+    layer = MultiHeadAttention(
+        HEADS, KEY_DIM, dropout=0.5, output_shape=(8,), seed=5,
+        kernel_initializer=keras.initializers.GlorotUniform(seed=11),
+    )
+    config = layer.get_config()
+    assert config["attention_dropout"] == 0.5 and config["output_dim"] == 8
+    assert not {"dropout", "output_shape", "kernel_initializer"} & set(config)
+    clone = MultiHeadAttention.from_config(config)
+    assert clone.get_config() == config
+    # Seeded initializers and dropout: the clone starts with the same weights
+    # and draws the same dropout masks.
+    outputs = [to_numpy(x(query, query, training=True)) for x in (layer, clone)]
+    assert outputs[0].shape == (BATCH, LENGTH, 8)
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    assert not np.allclose(outputs[0], to_numpy(layer(query, query, training=False)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(dropout=0.5, attention_dropout=0.1), "attention_dropout=0.1 and dropout=0.5"),
+        (dict(dropout=0.5, attention_dropout=0.0), "attention_dropout=0.0 and dropout=0.5"),
+        (dict(dropout=1.5), r"dropout=1\.5"),
+        (dict(output_shape=8, output_dim=16), "output_dim=16 and output_shape=8"),
+        (dict(output_shape=(2, 8)), r"output_shape=\(2, 8\)"),
+        (dict(output_shape=0), "output_shape=0"),
+    ],
+)
+def test_conflicting_or_unsupported_keras_arguments_raise(kwargs, match):
+    # The messages name the arguments as given (`name=value`), which a
+    # generic "unrecognized keyword" error would not.
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(HEADS, KEY_DIM, **kwargs)
+
+
+def test_equal_aliases_are_accepted():
+    layer = MultiHeadAttention(HEADS, KEY_DIM, dropout=0.25, attention_dropout=0.25, output_shape=[6], output_dim=6)
+    assert (layer.attention_dropout, layer.output_dim) == (0.25, 6)
