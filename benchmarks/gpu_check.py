@@ -303,8 +303,8 @@ class _LossEvery(keras.callbacks.Callback):
 
 def check_training(output, steps=300, steps_per_epoch=25, preset="base", log=print, **overrides):
     """Trains the preset in bfloat16 with the package's trainer; returns `(ok, curve, summary)`."""
-    from keras_transformer.trainer import TrainConfig
-    from keras_transformer.trainer import TrainingError
+    from keras_transformer.train_config import TrainConfig
+    from keras_transformer.errors import UserInputError
     from keras_transformer.trainer import train_translator
 
     config = TrainConfig(
@@ -316,7 +316,7 @@ def check_training(output, steps=300, steps_per_epoch=25, preset="base", log=pri
     try:
         summary = train_translator(config, overwrite=True, verbose=0, log=lambda m: log(f"   {m}"),
                                    callbacks=[callback], sample_sentences=0)
-    except TrainingError as error:
+    except UserInputError as error:
         log(f"   FAIL {error}")
         return False, callback.curve, {"error": str(error)}
     losses = [row["loss"] for row in callback.curve] + [row["dev_loss"] for row in callback.curve]

@@ -984,7 +984,7 @@ def run(args):
 
 
 def main(argv=None, prog="python -m benchmarks.run"):
-    """Entry point of `python -m benchmarks.run` and `keras-transformer bench`.
+    """Entry point of `python -m benchmarks.run`.
 
     Args:
         argv: list of str, or None for `sys.argv[1:]`.

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from keras_transformer import trainer
+from keras_transformer.train_config import TrainConfig
 
 # Options that belong to the training config rather than to the model.
 _CONFIG_OPTIONS = ("num_layers", "d_model", "num_heads", "ff_dim", "tie_embeddings", "dropout")
@@ -189,7 +190,7 @@ class _StepTimer(keras.callbacks.Callback):
 def _config(settings, options, seed):
     sizes = {key: getattr(settings, key) for key in _CONFIG_OPTIONS if key != "tie_embeddings"}
     sizes.update({key: options[key] for key in _CONFIG_OPTIONS if key in options})
-    return trainer.TrainConfig(
+    return TrainConfig(
         output=None,
         preset="tiny",
         max_length=settings.max_length,

@@ -123,10 +123,10 @@ def export_translator(directory, output, max_new_tokens=None):
     _require_tensorflow_backend()
     import tensorflow as tf
 
-    import keras_transformer  # noqa: F401  (registers the layers)
+    from keras_transformer import run_folder
 
-    model = keras.saving.load_model(os.path.join(directory, "model.keras"), compile=False)
-    with open(os.path.join(directory, "vocabulary.spm"), "rb") as f:
+    model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
+    with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
         proto = f.read()
     module = build_serving_module(model, proto, max_new_tokens)
 

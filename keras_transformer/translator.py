@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import UNK_ID
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import check_transformer_model
@@ -20,6 +21,8 @@ from keras_transformer.decoding import greedy_search_on_device
 # With `jit_compile`, sources are padded to a multiple of this many tokens,
 # so the compiled decoder is traced once per bucket, not once per length.
 SOURCE_BUCKET = 16
+# Warn when more than this fraction of a sentence's characters is unknown.
+UNKNOWN_WARNING_FRACTION = 0.5
 
 
 class Translator:
@@ -29,7 +32,10 @@ class Translator:
     batch: an empty (or whitespace-only) string translates to `""` without
     running the model; `bytes` are decoded as UTF-8 with invalid sequences
     replaced by U+FFFD; a source longer than the model's `max_length`
-    tokens is truncated to it, with a `UserWarning` naming how many were.
+    tokens is truncated to it, with a `UserWarning` naming how many were; a
+    sentence whose characters are mostly unknown to the vocabulary (emoji,
+    another script) gets a `UserWarning` naming it and the fraction, since
+    its translation can only be a guess.
 
     Args:
         model: a model from `keras_transformer.models.transformer`.
@@ -86,6 +92,7 @@ class Translator:
             )
         self.model = model
         self.tokenizer = tokenizer
+        self._character_is_known = {}
         self.decoder = CachedDecoder(model, jit_compile=jit_compile)
         for side, model_vocabulary in (
             ("source", self.decoder.source_vocabulary_size),
@@ -119,37 +126,27 @@ class Translator:
 
         Raises:
             FileNotFoundError: no `model.keras` or no `vocabulary.spm` there.
-            ValueError: `model.keras` is corrupt, truncated or not a
+            ValueError: `model.keras` is damaged (e.g. truncated), unreadable or not a
                 `transformer()` model; `vocabulary.spm` is not a
                 SentencePiece model or not the model's vocabulary.
         """
-        import keras
-
-        import keras_transformer  # noqa: F401  (registers the layers)
+        from keras_transformer import run_folder
         from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
 
-        model_path = os.path.join(directory, "model.keras")
+        model_path = os.path.join(directory, run_folder.MODEL_FILE)
         if not os.path.isfile(model_path):
             raise FileNotFoundError(
                 f"No trained model at {model_path!r}: pass the --output folder of a "
                 "finished `keras-transformer train` run."
             )
-        vocabulary_path = os.path.join(directory, "vocabulary.spm")
+        vocabulary_path = os.path.join(directory, run_folder.VOCABULARY_FILE)
         if not os.path.isfile(vocabulary_path):
             raise FileNotFoundError(
                 f"No vocabulary at {vocabulary_path!r}: the folder (directory={directory!r}) "
                 "holds a model but not the vocabulary it was trained with. Copy the whole "
                 "--output folder of the training run."
             )
-        try:
-            model = keras.saving.load_model(model_path)
-        except Exception as error:  # BadZipFile, ValueError, TypeError, KeyError, OSError...
-            raise ValueError(
-                f"{model_path!r} is not a readable Keras model ({type(error).__name__}: "
-                f"{str(error).strip().splitlines()[0] if str(error).strip() else 'no details'}). "
-                "The file may be truncated or corrupt, or hold layers this package does not "
-                "define: copy it again from the training run, or train again."
-            ) from error
+        model = run_folder.load_model(model_path)
         check_transformer_model(model, what=f"The model in {model_path!r}")
         try:
             tokenizer = SentencePieceTokenizer(vocabulary_path)
@@ -160,6 +157,7 @@ class Translator:
     def _source_tokens(self, texts):
         ids = self.tokenizer.tokenize(texts)
         ids = [list(np.asarray(row).reshape(-1)) for row in ids]
+        self._warn_about_unknown_characters(texts, ids)
         too_long = sum(len(row) > self.max_length for row in ids)
         if too_long:
             warnings.warn(
@@ -176,6 +174,37 @@ class Translator:
             row = row[: self.max_length]
             batch[i, : len(row)] = row
         return batch
+
+    def unknown_characters(self, text):
+        """How many of `text`'s non-space characters the vocabulary does not know.
+
+        Returns:
+            `(unknown, characters)`.
+        """
+        characters = [c for c in text if not c.isspace()]
+        for character in set(characters) - set(self._character_is_known):
+            ids = np.asarray(self.tokenizer.tokenize([character])[0]).reshape(-1)
+            self._character_is_known[character] = not (ids == UNK_ID).any()
+        return sum(not self._character_is_known[c] for c in characters), len(characters)
+
+    def _warn_about_unknown_characters(self, texts, ids):
+        shown = 3
+        unknown = []
+        for text, row in zip(texts, ids):
+            if UNK_ID not in row:  # the common case costs nothing more
+                continue
+            count, total = self.unknown_characters(text)
+            if total and count / total > UNKNOWN_WARNING_FRACTION:
+                unknown.append(f"{text[:40]!r}{'...' if len(text) > 40 else ''}: {count} of {total} "
+                               f"characters ({count / total:.0%})")
+        if unknown:
+            more = f"; and {len(unknown) - shown} more inputs" if len(unknown) > shown else ""
+            warnings.warn(
+                "mostly unknown to the vocabulary, so the translation is a guess: "
+                + "; ".join(unknown[:shown]) + more + ".",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _detokenize(self, generated):
         rows = []

@@ -32,7 +32,7 @@ def rng():
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """The output folder of a 2-step `train_translator` run on the fixture corpus."""
-    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.train_config import TrainConfig
     from keras_transformer.trainer import train_translator
 
     output = tmp_path_factory.mktemp("run")

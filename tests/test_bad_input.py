@@ -453,11 +453,11 @@ CASES = [
     ),
     pytest.param(
         _corrupt_model, ValueError,
-        r"model\.keras' is not a readable Keras model", id="from-directory-corrupt-model-file",
+        r"model\.keras' is damaged: 4,096 bytes, not a complete \.keras archive", id="from-directory-corrupt-model-file",
     ),
     pytest.param(
         _truncated_model, ValueError,
-        r"model\.keras' is not a readable Keras model", id="from-directory-truncated-model-file",
+        r"model\.keras' is damaged: [0-9,]+ bytes, not a complete \.keras archive", id="from-directory-truncated-model-file",
     ),
     pytest.param(
         _foreign_model, ValueError,

@@ -149,11 +149,11 @@ def test_training_step_is_traced_once_per_batch_shape(rng):
     assert fit(6) == 0, "a shape seen before is not traced again"
 
 
-def test_quick_run_through_the_cli_writes_json_and_markdown(tmp_path):
-    from keras_transformer.cli import main
+def test_quick_run_writes_json_and_markdown(tmp_path):
+    from benchmarks.run import main
 
     out = tmp_path / "bench"
-    main(["bench", "--quick", "--implementations", "keras_transformer", "--phases", "train", "--repeats", "1",
+    main(["--quick", "--implementations", "keras_transformer", "--phases", "train", "--repeats", "1",
           "--out", str(out)])
     report = json.loads((out / "results.json").read_text())
     assert report["meta"]["config"] == "quick"

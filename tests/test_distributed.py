@@ -30,10 +30,10 @@ import sys
 import keras
 import pytest
 
-from keras_transformer import cli
-from keras_transformer import trainer
-from keras_transformer.trainer import TrainConfig
-from keras_transformer.trainer import TrainingError
+import keras_transformer_cli as cli
+from keras_transformer import distribute
+from keras_transformer.train_config import TrainConfig
+from keras_transformer.errors import UserInputError
 
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 TINY = dict(
@@ -50,7 +50,8 @@ if os.environ["KERAS_BACKEND"] == "tensorflow":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from keras_transformer.trainer import TrainConfig, train_translator
+from keras_transformer.train_config import TrainConfig
+from keras_transformer.trainer import train_translator
 
 class Record(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
@@ -121,9 +122,9 @@ def test_unsupported_distribute_modes_are_clear_errors():
     backend = keras.backend.backend()
     unsupported = {"torch": ("data", "model"), "tensorflow": ("model",), "jax": ()}[backend]
     for mode in unsupported:
-        with pytest.raises(TrainingError, match="--distribute.* needs the jax"):
+        with pytest.raises(UserInputError, match="--distribute.* needs the jax"):
             TrainConfig(output="unused", distribute=mode, **TINY).resolved()
-    with pytest.raises(TrainingError, match="--distribute must be data or model"):
+    with pytest.raises(UserInputError, match="--distribute must be data or model"):
         TrainConfig(output="unused", distribute="pipeline", **TINY).resolved()
     args = cli.build_parser().parse_args(["train", "--distribute", "model"])
     assert args.distribute == "model"
@@ -134,13 +135,13 @@ def test_distribute_on_one_device_says_so_and_trains_there():
     if len(keras.distribution.list_devices()) > 1 and keras.backend.backend() == "jax":
         pytest.skip("this process sees more than one device")
     messages = []
-    placement = trainer._place(TrainConfig(output="unused", distribute="data", **TINY).resolved(), messages.append)
+    placement = distribute.place(TrainConfig(output="unused", distribute="data", **TINY).resolved(), messages.append)
     assert placement.devices == 1 and placement.distribution is None and placement.batch_multiple == 1
     assert messages and "only one device" in messages[0]
 
 
 def test_model_parallel_layout_map_splits_attention_and_feed_forward_kernels():
-    layout_map = trainer.model_parallel_layout_map(None)
+    layout_map = distribute.model_parallel_layout_map(None)
     column, row = (None, "model"), ("model", None)
     for path, axes in [
         ("encoder_layer_0/self_attention/query_kernel", column),

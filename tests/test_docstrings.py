@@ -12,7 +12,7 @@ MODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer.")
     if not info.name.startswith("keras_transformer.data.build_")
-)
+) + ["keras_transformer_cli"]
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -35,7 +35,7 @@ def run_dir(trained_run):
 
 
 def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(run_dir, tmp_path):
-    from keras_transformer.cli import main
+    from keras_transformer_cli import main
 
     export_dir = str(tmp_path / "export")
     main(["export", "--model", str(run_dir), "--out", export_dir, "--max-new-tokens", "10"])
@@ -56,7 +56,7 @@ def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(r
 
 def test_export_of_a_folder_without_a_model_is_a_one_line_error(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "export", "--model", str(tmp_path), "--out", str(tmp_path / "x")],
+        [sys.executable, "-m", "keras_transformer_cli", "export", "--model", str(tmp_path), "--out", str(tmp_path / "x")],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 2 and "model.keras" in result.stderr and "Traceback" not in result.stderr

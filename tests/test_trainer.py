@@ -13,9 +13,10 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer import run_folder
 from keras_transformer import trainer
-from keras_transformer.trainer import TrainConfig
-from keras_transformer.trainer import TrainingError
+from keras_transformer.train_config import TrainConfig
+from keras_transformer.errors import UserInputError
 from keras_transformer.trainer import train_translator
 
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
@@ -34,7 +35,8 @@ RUN = dict(TINY, max_length=24, batch_tokens=240, epochs=3, steps_per_epoch=3)
 QUIET = dict(verbose=0, log=lambda message: None, sample_sentences=0)
 KILL_AT_STEP = """
 import os, signal, sys, keras
-from keras_transformer.trainer import TrainConfig, train_translator
+from keras_transformer.train_config import TrainConfig
+from keras_transformer.trainer import train_translator
 
 class KillAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
@@ -80,7 +82,7 @@ def nan_stopped_run(tmp_path_factory):
     output = tmp_path_factory.mktemp("nan")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(training.TransformerSchedule, "__call__", poisoned)
-        with pytest.raises(TrainingError) as error:
+        with pytest.raises(UserInputError) as error:
             train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
     return output, str(error.value)
 
@@ -172,7 +174,7 @@ def test_a_backup_cut_between_weights_and_metadata_is_not_trusted(tmp_path, nan_
     shutil.copyfile(backup / "training_metadata.json.bkp", backup / "training_metadata.json")
     model = trainer.build_translator(TrainConfig(**RUN).resolved())
     messages = []
-    assert trainer._restore_point(model, str(output), 3, 2, messages.append) == 1
+    assert run_folder.restore_point(model, str(output), 3, 2, messages.append) == 1
     assert "holds the state after step 6, but" in messages[0] and "says 1 virtual epochs" in messages[0]
     assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 1
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 3
@@ -190,25 +192,25 @@ def test_no_intact_backup_is_a_clear_error_that_changes_nothing(tmp_path, nan_st
 
     before = files()
     unreadable = r"no intact backup.*latest\.weights\.h5 is unreadable.*\.bkp is unreadable.*--overwrite"
-    with pytest.raises(TrainingError, match=unreadable):
+    with pytest.raises(UserInputError, match=unreadable):
         train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
     assert files() == before
 
     shutil.rmtree(backup)
-    with pytest.raises(TrainingError, match="records 2 finished virtual epochs.*holds no backup"):
+    with pytest.raises(UserInputError, match="records 2 finished virtual epochs.*holds no backup"):
         train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
 
 
 def test_too_little_disk_space_fails_before_training(tmp_path, monkeypatch):
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=2**20))
-    with pytest.raises(TrainingError, match=r"has 1\.0 MB free, but this run writes about .* MB"):
+    with pytest.raises(UserInputError, match=r"has 1\.0 MB free, but this run writes about .* MB"):
         train_translator(TrainConfig(output=str(tmp_path), **RUN), **QUIET)
     assert not any((tmp_path / name).exists() for name in ("backup", "log.csv", "vocabulary.spm", "model.keras"))
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path):
-    cli = ["-m", "keras_transformer.cli", "train"]
+    cli = ["-m", "keras_transformer_cli", "train"]
     missing = _run(*cli, "--corpus", str(tmp_path / "nope.tsv.gz"), "--output", str(tmp_path / "a"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
@@ -220,11 +222,11 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
 
 def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epochs(tmp_path):
     train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY), **QUIET)
-    with pytest.raises(TrainingError, match="different run.*d_model"):
+    with pytest.raises(UserInputError, match="different run.*d_model"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **{**TINY, "d_model": 32}))
-    with pytest.raises(TrainingError, match="different run.*bucket_width: 8 -> 16"):
+    with pytest.raises(UserInputError, match="different run.*bucket_width: 8 -> 16"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, bucket_width=16, **TINY))
-    with pytest.raises(TrainingError, match="finished run"):
+    with pytest.raises(UserInputError, match="finished run"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY))
     # The last backup outlives the run, so raising --epochs continues from it.
     more = train_translator(TrainConfig(output=str(tmp_path), epochs=2, steps_per_epoch=1, **TINY), **QUIET)
@@ -232,28 +234,28 @@ def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epoch
 
 
 def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_are_refused():
-    from keras_transformer import cli
+    import keras_transformer_cli as cli
 
     args = cli.build_parser().parse_args(["train", "--bucket-width", "32", "--input-pipeline", "python"])
     assert (args.bucket_width, args.input_pipeline) == (32, "python")
     defaults = cli.build_parser().parse_args(["train"])
     assert (defaults.bucket_width, defaults.input_pipeline) == (TrainConfig.bucket_width, "auto") == (8, "auto")
-    with pytest.raises(TrainingError, match="--input-pipeline must be one of auto, tf.data, python"):
+    with pytest.raises(UserInputError, match="--input-pipeline must be one of auto, tf.data, python"):
         TrainConfig(output="unused", input_pipeline="grain", **TINY).resolved()
-    with pytest.raises(TrainingError, match="--bucket-width must be positive"):
+    with pytest.raises(UserInputError, match="--bucket-width must be positive"):
         TrainConfig(output="unused", bucket_width=0, **TINY).resolved()
 
 
 def test_a_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):
     options = {**TINY, "vocabulary_size": 100000}
-    with pytest.raises(TrainingError, match="--vocabulary-size"):
+    with pytest.raises(UserInputError, match="--vocabulary-size"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **options), verbose=0)
 
 
 def test_unwritable_output_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    with pytest.raises(TrainingError, match="not writable"):
+    with pytest.raises(UserInputError, match="not writable"):
         train_translator(TrainConfig(output=str(blocker / "run"), epochs=1, steps_per_epoch=1, **TINY))
 
 

@@ -92,7 +92,7 @@ def test_bleu_uses_every_reference():
 def test_cli_translates_arguments_and_evaluates_a_split(run_dir, capsys):
     import json
 
-    from keras_transformer.cli import main
+    from keras_transformer_cli import main
 
     main(["translate", "--model", str(run_dir), SENTENCES[0], SENTENCES[1]])
     assert len(capsys.readouterr().out.splitlines()) == 2  # one line each, even if empty

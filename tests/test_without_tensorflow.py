@@ -44,7 +44,7 @@ BLOCK_TENSORFLOW_THEN_TRAIN_TRANSLATE_EVALUATE = """
 import sys
 sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
 import os
-from keras_transformer import cli
+import keras_transformer_cli as cli
 output, corpus = sys.argv[1], sys.argv[2]
 cli.main(["train", "--output", output, "--corpus", corpus, "--preset", "tiny", "--num-layers", "1",
           "--d-model", "16", "--num-heads", "2", "--ff-dim", "32", "--max-length", "16", "--bucket-width", "16",

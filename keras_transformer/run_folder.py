@@ -1,0 +1,341 @@
+"""The run folder: its files, preparing and resuming it, backups, dropout's random state.
+
+A training run writes everything into one folder (`--output`):
+
+- `config.json` (`CONFIG_FILE`): the `TrainConfig`; a run resumes only with the same one.
+- `vocabulary.spm` (`VOCABULARY_FILE`): the SentencePiece model.
+- `model.keras` (`MODEL_FILE`): the trained model, saved at the end.
+- `log.csv` (`LOG_FILE`), `logs/` (`TENSORBOARD_FOLDER`): metrics per virtual epoch.
+- `progress.json` (`PROGRESS_FILE`): finished virtual epochs and dropout's random state.
+- `summary.json` (`SUMMARY_FILE`): the final figures.
+- `backup/` (`BACKUP_FOLDER`): the last two backups, for resuming.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import keras
+
+from keras_transformer.errors import UserInputError
+from keras_transformer.train_config import RESUMABLE_CHANGES
+from keras_transformer.train_config import TrainConfig
+
+CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
+MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabulary.spm", "backup", "log.csv"
+# What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
+_BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
+TENSORBOARD_FOLDER = "logs"
+# Disk use: float32 weights and Adam's two moments (3 x 4 bytes a parameter)
+# in model.keras and in each of the two backups, plus logs and vocabulary.
+_BYTES_PER_PARAMETER = 3 * 4 * 3
+_LOG_BYTES = 16 * 2**20
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_json(path, value):
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+    os.replace(temporary, path)  # atomic: a kill never leaves half a file
+
+
+def prepare_output(config, overwrite=False):
+    """Checks the output folder before any work, and says whether to resume.
+
+    With `overwrite`, the previous run's progress, summary, backups and
+    `log.csv` are removed (its `model.keras` stays until the new run
+    replaces it).
+
+    Returns:
+        The number of virtual epochs already done (0 for a new run), as
+        `progress.json` records it; `train_translator` checks it against
+        the backups.
+
+    Raises:
+        UserInputError: the folder is unwritable, holds a different model,
+            or holds a finished run (unless `overwrite`).
+    """
+    probe = os.path.join(config.output, ".write-test")
+    try:
+        os.makedirs(config.output, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise UserInputError(f"--output {config.output!r} is not writable: {error.strerror}.")
+    config_path = os.path.join(config.output, CONFIG_FILE)
+    if overwrite or not os.path.exists(config_path):
+        for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE):
+            if os.path.exists(os.path.join(config.output, name)):
+                os.remove(os.path.join(config.output, name))
+        # A backup of another run would otherwise be restored into this one.
+        shutil.rmtree(os.path.join(config.output, BACKUP_FOLDER), ignore_errors=True)
+        write_json(config_path, dataclasses.asdict(config))
+        return 0
+    saved = read_json(config_path)
+    current = dataclasses.asdict(config)
+    # A field newer than the saved run's config had its default there.
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    different = sorted(
+        key for key in current
+        if key not in RESUMABLE_CHANGES and saved.get(key, defaults[key]) != current[key]
+    )
+    if different:
+        changes = ", ".join(f"{key}: {saved.get(key)!r} -> {current[key]!r}" for key in different)
+        raise UserInputError(
+            f"--output {config.output!r} holds a different run ({changes}). "
+            "Use another --output, the same settings to resume, or --overwrite."
+        )
+    summary_path = os.path.join(config.output, SUMMARY_FILE)
+    if os.path.exists(summary_path) and read_json(summary_path).get("completed_steps", 0) >= config.total_steps:
+        raise UserInputError(
+            f"--output {config.output!r} already holds a finished run of {config.total_steps} steps. "
+            "Raise --epochs to train further, or use --overwrite to start again."
+        )
+    write_json(config_path, current)
+    return read_progress(config.output).get("epochs_done", 0)
+
+
+def read_progress(output):
+    path = os.path.join(output, PROGRESS_FILE)
+    try:
+        return read_json(path) if os.path.exists(path) else {}
+    except (OSError, ValueError):
+        return {}  # the backups decide where to resume; this file only adds the RNG state
+
+
+def _seed_states(model):
+    # In model order: the generators' names carry process-wide counters.
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def _random_state(model):
+    """Dropout's random state, which backups miss: seed-generator variables
+    (not weights) and, on torch, the global generators its unseeded dropout
+    draws from."""
+    state = {"seed_generators": [keras.ops.convert_to_numpy(v).tolist() for v in _seed_states(model)]}
+    if keras.backend.backend() == "torch":
+        import torch
+
+        state["torch"] = torch.get_rng_state().tolist()
+        if torch.cuda.is_available():
+            state["torch_cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def _set_random_state(model, state):
+    variables = _seed_states(model)
+    if len(state.get("seed_generators", ())) == len(variables):
+        for variable, value in zip(variables, state["seed_generators"]):
+            variable.assign(keras.ops.convert_to_tensor(value, variable.dtype))
+    if keras.backend.backend() == "torch" and "torch" in state:
+        import torch
+
+        torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+        if "torch_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["torch_cuda"]])
+
+
+class RestoreRandomState(keras.callbacks.Callback):
+    """Sets the random state of the epoch a run resumes after, right before
+    its first step: `fit` draws from torch's global generator before that
+    (a new data loader takes a seed from it), which an uninterrupted run
+    does only once, at its start."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.state:
+            _set_random_state(self.model, self.state)
+            self.state = None
+
+
+class ProgressFile(keras.callbacks.Callback):
+    """Records finished virtual epochs and dropout's random state, after the backup.
+
+    The random state of the previous epoch is kept too, for a resume from
+    the previous backup; with it a resumed run draws the same dropout masks
+    as an uninterrupted one.
+    """
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        states = {str(epoch + 1): _random_state(self.model)}
+        previous = read_progress(os.path.dirname(self.path)).get("random_states")
+        if isinstance(previous, dict) and str(epoch) in previous:
+            states[str(epoch)] = previous[str(epoch)]
+        write_json(self.path, {"epochs_done": epoch + 1, "random_states": states})
+
+
+
+def _size(num_bytes):
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if abs(num_bytes) < 1024 or unit == "GB":
+            return f"{num_bytes:.0f} {unit}" if unit == "bytes" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+
+
+def check_free_space(output, parameters):
+    """Fails before training when the folder cannot hold what the run writes."""
+    backup = os.path.join(output, BACKUP_FOLDER)
+    existing = [os.path.join(output, MODEL_FILE)] + (
+        [os.path.join(backup, name) for name in os.listdir(backup)] if os.path.isdir(backup) else []
+    )
+    # Files this run rewrites in place need no more room than they already take.
+    needed = parameters * _BYTES_PER_PARAMETER + _LOG_BYTES
+    needed -= sum(os.path.getsize(path) for path in existing if os.path.isfile(path))
+    free = shutil.disk_usage(output).free
+    if free < needed:
+        raise UserInputError(
+            f"--output {output!r} has {_size(free)} free, but this run writes about {_size(needed)} "
+            f"(model.keras and two backups, each with the Adam moments of {parameters:,} parameters, "
+            "plus logs). Free some space or choose another --output."
+        )
+
+
+def _backup_error(path, error):
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"{path} is unreadable ({reason[:160]})"
+
+
+def _check_backup(model, weights, metadata, steps_per_epoch):
+    """(virtual epochs, None) for an intact backup, else (None, the reason)."""
+    for path in (weights, metadata):
+        if not os.path.isfile(path):
+            return None, f"{path} is missing"
+    try:
+        epochs = int(read_json(metadata)["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return None, _backup_error(metadata, error)
+    try:
+        model.load_weights(weights)
+    except Exception as error:  # h5py raises OSError, KeyError or ValueError on damaged files
+        return None, _backup_error(weights, error)
+    steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    if steps != epochs * steps_per_epoch:
+        return None, (
+            f"{weights} holds the state after step {steps}, but {metadata} says {epochs} virtual "
+            f"epochs of {steps_per_epoch} steps (a backup interrupted half-way)"
+        )
+    return epochs, None
+
+
+def restore_point(model, output, steps_per_epoch, recorded_epochs, log):
+    """Checks the backups before training; returns the virtual epochs to resume after.
+
+    `keras.callbacks.BackupAndRestore` would restore the newest backup and,
+    only if it cannot be opened at all, the previous one, without a word;
+    with no backup it starts from scratch. Here every backup is loaded and
+    its optimizer step compared with its epoch first. A damaged newest
+    backup is replaced by the previous one (said in the log); if neither is
+    intact, or `progress.json` records finished epochs but no backup exists,
+    training does not start.
+    """
+    folder = os.path.join(output, BACKUP_FOLDER)
+    latest = (os.path.join(folder, _BACKUP_WEIGHTS), os.path.join(folder, _BACKUP_METADATA))
+    previous = tuple(path + ".bkp" for path in latest)
+    if not any(os.path.exists(path) for path in latest + previous):
+        if recorded_epochs:
+            raise UserInputError(
+                f"{os.path.join(output, PROGRESS_FILE)} records {recorded_epochs} finished virtual epochs, "
+                f"but {folder} holds no backup of them, so this run cannot resume; nothing was changed. "
+                "Put the backup folder back, or use --overwrite to start again from scratch."
+            )
+        return 0
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    epochs, reason = _check_backup(model, *latest, steps_per_epoch)
+    if reason is None:
+        return epochs
+    # Keras picks the weights format by file extension, so the previous
+    # backup is checked under a .weights.h5 name, then moved where
+    # BackupAndRestore reads.
+    candidate = os.path.join(output, ".previous-backup.weights.h5")
+    try:
+        previous_reason = f"{previous[0]} is missing"
+        if os.path.isfile(previous[0]):
+            shutil.copyfile(previous[0], candidate)
+            epochs, previous_reason = _check_backup(model, candidate, previous[1], steps_per_epoch)
+        if previous_reason is not None:
+            raise UserInputError(
+                f"no intact backup to resume from: {reason}; {previous_reason.replace(candidate, previous[0])}. "
+                "Nothing was changed. Use --overwrite to start again from scratch, or another --output."
+            )
+        shutil.copyfile(previous[1], latest[1] + ".tmp")
+        os.replace(candidate, latest[0])
+        os.replace(latest[1] + ".tmp", latest[1])
+    finally:
+        if os.path.exists(candidate):
+            os.remove(candidate)
+    log(f"backup: {reason}; resuming from the previous backup, after virtual epoch {epochs}")
+    return epochs
+
+
+def check_model_archive(path):
+    """Raises `UserInputError` unless `path` is a complete `.keras` archive.
+
+    A `.keras` file is a zip archive whose directory sits at its end, so a
+    file cut short by a full disk or an interrupted copy loses it first;
+    Keras then reports the file as "not found". This says what it is.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.keras")
+    >>> _ = open(path, "wb").write(b"PK not really")
+    >>> check_model_archive(path)
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.UserInputError: ... is damaged: 13 bytes, not a complete .keras archive ...
+    """
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise UserInputError(
+            f"{path!r} is damaged: {os.path.getsize(path):,} bytes, not a complete .keras archive "
+            "(cut short or overwritten). Copy it again from the training run, or train again."
+        )
+
+
+def load_model(path, compile=True):
+    """Loads a trained `model.keras`, with one-line errors for unusable files.
+
+    Args:
+        path: the `.keras` file.
+        compile: also restore the loss, metrics and optimizer.
+
+    Returns:
+        The `keras.Model`.
+
+    Raises:
+        UserInputError: the file is missing, damaged, or holds layers this
+            package does not define.
+    """
+    import keras_transformer.models  # noqa: F401  (registers the layers)
+    import keras_transformer.training  # noqa: F401  (registers the loss and metric)
+
+    if not os.path.isfile(path):
+        raise UserInputError(
+            f"No trained model at {path!r}: pass the --output folder of a finished `keras-transformer train` run."
+        )
+    check_model_archive(path)
+    try:
+        return keras.saving.load_model(path, compile=compile)
+    except Exception as error:  # BadZipFile, ValueError, TypeError, KeyError, OSError...
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else "no details"
+        raise UserInputError(
+            f"{path!r} ({os.path.getsize(path):,} bytes) is a zip archive but not a model this package can "
+            f"read ({type(error).__name__}: {reason[:200]}). It may be damaged inside, or hold layers this "
+            "package does not define: copy it again from the training run, or train again."
+        ) from error

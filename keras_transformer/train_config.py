@@ -1,0 +1,213 @@
+"""What defines a training run: the presets and `TrainConfig`.
+
+Importing this module imports neither Keras nor a backend, so the command
+line can show its help and check its flags at once; Keras is imported when
+a config is resolved.
+"""
+
+import dataclasses
+import os
+
+from keras_transformer.data.batch_plan import BUCKET_WIDTH
+from keras_transformer.errors import UserInputError
+
+PRESETS = {
+    "tiny": dict(num_layers=2, d_model=128, num_heads=4, ff_dim=512),
+    "small": dict(num_layers=3, d_model=256, num_heads=4, ff_dim=1024),
+    "base": dict(num_layers=6, d_model=512, num_heads=8, ff_dim=2048),
+    "big": dict(num_layers=6, d_model=1024, num_heads=16, ff_dim=4096),
+}
+DISTRIBUTE_MODES = ("data", "model")
+INPUT_PIPELINES = ("auto", "tf.data", "python")
+# Fields that may differ when a run is resumed in the same folder (a backup
+# holds whole arrays, so it reloads onto another number of devices; both
+# input pipelines yield the same batches).
+RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute", "input_pipeline", "flash_attention")
+
+
+def has_accelerator():
+    """True when Keras sees a GPU or TPU.
+
+    Example:
+
+    >>> has_accelerator() in (True, False)
+    True
+    """
+    import keras
+
+    if keras.backend.backend() == "torch":  # keras.distribution does not cover torch
+        import torch
+
+        return torch.cuda.is_available()
+    return any(
+        kind in device.lower()
+        for device in keras.distribution.list_devices()
+        for kind in ("gpu", "tpu", "cuda")
+    )
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that defines a training run; saved as `config.json`.
+
+    Model sizes default to the preset's; `preset=None` picks "base" on an
+    accelerator and "tiny" on a CPU.
+
+    Args:
+        output: folder for the model, vocabulary, config and logs.
+        corpus: gzipped TSV of the corpus; None for the embedded one.
+        preset: "tiny", "small", "base", "big" or None.
+        num_layers, d_model, num_heads, ff_dim: model size; None takes the
+            preset's.
+        dropout: residual dropout. Defaults to 0.1.
+        max_length: longest source or target, in tokens. Defaults to 128.
+        vocabulary_size: joint SentencePiece vocabulary. Defaults to 8000.
+        batch_tokens: tokens per batch (source or target side, padding
+            included). Defaults to 4096.
+        epochs: number of virtual epochs.
+        steps_per_epoch: optimizer steps per virtual epoch.
+        warmup_steps: warm-up of the learning-rate schedule.
+        label_smoothing: defaults to 0.1, as in the paper.
+        mixed_precision: None, "float16" or "bfloat16".
+        jit_compile: True, False or "auto" (Keras decides).
+        bucket: batch sequences of similar length together.
+        bucket_width: padded lengths are multiples of this (and
+            max_length). Defaults to 8. Each padded length is one batch
+            shape, and JAX compiles one program per shape (about a minute
+            each for the base model on a GPU): use 32 there (lengths
+            32/64/96/128).
+        tie_embeddings: share the decoder embedding with the output layer.
+        seed: seeds weights, dropout and data order.
+        distribute: None (one device), "data" (data parallel: the model is
+            replicated, every global batch is split across the devices) or
+            "model" (JAX only: attention and feed-forward kernels are split
+            across the devices of each host, see
+            `model_parallel_layout_map`). Needs the JAX or TensorFlow
+            backend; with a single device it trains on that one.
+        input_pipeline: "auto" (the default: "tf.data" where TensorFlow
+            imports, else "python"), "tf.data" (`tf.data`, tokenized with
+            KerasHub) or "python" (a `keras.utils.PyDataset` tokenized with
+            the `sentencepiece` library, no TensorFlow). Both yield the same
+            batches.
+        flash_attention: None (default) lets the backend pick the attention
+            kernel (fused cuDNN / SDPA kernels on a GPU in float16 or
+            bfloat16); False takes the explicit float32-softmax path, the
+            fallback if a fused kernel misbehaves. A resumed run may change it.
+
+    Example:
+
+    >>> config = TrainConfig(output="/tmp/run", preset="tiny").resolved()
+    >>> config.d_model, config.num_layers
+    (128, 2)
+    """
+
+    output: str = "runs/es-en"
+    corpus: str = None
+    preset: str = None
+    num_layers: int = None
+    d_model: int = None
+    num_heads: int = None
+    ff_dim: int = None
+    dropout: float = 0.1
+    max_length: int = 128
+    vocabulary_size: int = 8000
+    batch_tokens: int = 4096
+    epochs: int = None
+    steps_per_epoch: int = None
+    warmup_steps: int = None
+    label_smoothing: float = 0.1
+    mixed_precision: str = None
+    jit_compile: object = "auto"
+    bucket: bool = True
+    tie_embeddings: bool = True
+    seed: int = 0
+    distribute: str = None
+    bucket_width: int = BUCKET_WIDTH
+    input_pipeline: str = "auto"
+    flash_attention: bool = None
+
+    def resolved(self):
+        """A copy with the preset and the hardware defaults filled in."""
+        preset = self.preset or ("base" if has_accelerator() else "tiny")
+        if preset not in PRESETS:
+            raise UserInputError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}.")
+        sizes = {key: getattr(self, key) or value for key, value in PRESETS[preset].items()}
+        config = dataclasses.replace(self, preset=preset, **sizes)
+        # The CPU default is sized to finish in about 15 minutes on 2 cores.
+        defaults = dict(epochs=8, steps_per_epoch=100, warmup_steps=400)
+        if preset in ("base", "big"):
+            defaults = dict(epochs=20, steps_per_epoch=500, warmup_steps=4000)
+        for key, value in defaults.items():
+            if getattr(config, key) is None:
+                config = dataclasses.replace(config, **{key: value})
+        config._validate()
+        return config
+
+    def _validate(self):
+        positive = ("num_layers", "d_model", "num_heads", "ff_dim", "max_length",
+                    "vocabulary_size", "batch_tokens", "epochs", "steps_per_epoch", "warmup_steps",
+                    "bucket_width")
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise UserInputError(f"--{key.replace('_', '-')} must be positive, got {getattr(self, key)}.")
+        if self.d_model % self.num_heads:
+            raise UserInputError(
+                f"--d-model {self.d_model} is not divisible by --num-heads {self.num_heads}."
+            )
+        if self.batch_tokens < self.max_length:
+            raise UserInputError(
+                f"--batch-tokens {self.batch_tokens} is smaller than --max-length "
+                f"{self.max_length}: a batch could not hold one sequence."
+            )
+        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.label_smoothing < 1.0:
+            raise UserInputError("--dropout and --label-smoothing must be in [0, 1).")
+        if self.mixed_precision not in (None, "float16", "bfloat16"):
+            raise UserInputError(
+                f"--mixed-precision must be float16 or bfloat16, got {self.mixed_precision!r}."
+            )
+        if self.corpus is not None and not os.path.isfile(self.corpus):
+            raise UserInputError(f"--corpus {self.corpus!r} does not exist.")
+        if self.input_pipeline not in INPUT_PIPELINES:
+            raise UserInputError(
+                f"--input-pipeline must be one of {', '.join(INPUT_PIPELINES)}, got {self.input_pipeline!r}."
+            )
+        if self.input_pipeline == "tf.data" and not tensorflow_imports():
+            raise UserInputError(
+                "--input-pipeline tf.data needs TensorFlow, which does not import here: "
+                "pip install tensorflow, or use --input-pipeline python (the same batches, no TensorFlow)."
+            )
+        if self.distribute not in (None, *DISTRIBUTE_MODES):
+            raise UserInputError(f"--distribute must be data or model, got {self.distribute!r}.")
+        import keras
+
+        backend = keras.backend.backend()
+        if self.distribute and backend not in ("jax", "tensorflow"):
+            raise UserInputError(
+                f"--distribute needs the jax or tensorflow backend (KERAS_BACKEND=jax or tensorflow); "
+                f"the {backend} backend trains on one device here."
+            )
+        if self.distribute == "model" and backend != "jax":
+            raise UserInputError(
+                "--distribute model (keras.distribution.ModelParallel) needs the jax backend "
+                "(KERAS_BACKEND=jax); on tensorflow use --distribute data (MirroredStrategy)."
+            )
+
+    @property
+    def total_steps(self):
+        """Optimizer steps of the whole run."""
+        return self.epochs * self.steps_per_epoch
+
+
+def tensorflow_imports():
+    """True when `import tensorflow` works here.
+
+    Example:
+
+    >>> tensorflow_imports() in (True, False)
+    True
+    """
+    try:
+        import tensorflow  # noqa: F401
+    except Exception:  # ImportError, or a broken install (missing libraries...)
+        return False
+    return True

@@ -1,0 +1,430 @@
+"""`keras-transformer`: train, use and study a Transformer translator from the shell.
+
+    keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
+    keras-transformer translate --model DIR [--beam N] "texto" ...
+    keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
+    keras-transformer export --model DIR --out DIR
+    keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
+
+This package sits beside the `keras_transformer` package, not inside it, so
+that `--help` and a mistyped flag answer at once: importing the package
+imports Keras, and Keras imports its backend (TensorFlow takes seconds).
+The package is imported only after the arguments are parsed, by the verb
+that needs it, and TensorFlow's and XLA's C++ start-up logging is kept out
+of the terminal unless `--verbose` or `KERAS_TRANSFORMER_VERBOSE=1`.
+
+When stdout is not a terminal, progress bars and log lines go to stderr and
+stdout carries only the results (translations, the score table, the
+training summary). Errors in the user's input print one line and exit with
+status 2; anything else is a bug and keeps its traceback.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import warnings
+
+PROG = "keras-transformer"
+VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
+# The choices of `train --preset`; `keras_transformer.train_config.PRESETS`
+# holds their sizes (a test checks that the two agree).
+PRESET_NAMES = ("tiny", "small", "base", "big")
+TRAIN_DESCRIPTION = """\
+Trains a Spanish -> English translator on the Bible verse pairs embedded in
+the package (or on --corpus) and leaves the model, its vocabulary, its
+config and its logs in --output. Run the same command again to resume an
+interrupted run; raise --epochs to train a finished one further.
+
+The default preset fits the hardware:
+  tiny on a CPU: 2+2 layers, d_model 128, 4 heads, feed-forward 512,
+    2.97 M parameters, 8 x 100 steps of about 4,096 tokens a side;
+    measured 10.2 to 21.9 min on a shared 2-core CPU (dev BLEU 20.9).
+  base on a GPU: 6+6 layers, d_model 512, 8 heads, feed-forward 2048,
+    20 x 500 steps; 300 such steps took 65 s on one H100 (torch, bfloat16),
+    so about 36 min for the whole run (extrapolated, not measured).
+"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the descriptions' line breaks and appends every real default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or any(action.default is nothing for nothing in (None, False, argparse.SUPPRESS)):
+            return text
+        if action.option_strings and action.nargs != 0:
+            return f"{text} (default: %(default)s)"
+        return text
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _add_train_arguments(parser):
+    parser.add_argument("--output", default="runs/es-en", help="folder for the model, vocabulary, config and logs")
+    parser.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded Bible corpus)")
+    parser.add_argument("--preset", choices=PRESET_NAMES, help="model size (default: base on a GPU, tiny on a CPU)")
+    parser.add_argument("--num-layers", type=_positive_int, help="encoder and decoder layers (default: the preset's)")
+    parser.add_argument("--d-model", type=_positive_int, help="model width (default: the preset's)")
+    parser.add_argument("--num-heads", type=_positive_int, help="attention heads; must divide --d-model "
+                        "(default: the preset's)")
+    parser.add_argument("--ff-dim", type=_positive_int, help="feed-forward hidden units (default: the preset's)")
+    parser.add_argument("--dropout", type=_fraction, default=0.1, help="residual and embedding dropout")
+    parser.add_argument("--max-length", type=_positive_int, default=128,
+                        help="tokens per sequence; longer pairs are truncated")
+    parser.add_argument("--vocabulary-size", type=_positive_int, default=8000,
+                        help="pieces of the joint Spanish-English SentencePiece vocabulary")
+    parser.add_argument("--batch-tokens", type=_positive_int, default=4096,
+                        help="tokens per batch and side, padding included")
+    parser.add_argument("--epochs", type=_positive_int,
+                        help="virtual epochs; a backup is kept after each (default: 8 for tiny and small, "
+                             "20 for base and big)")
+    parser.add_argument("--steps-per-epoch", type=_positive_int,
+                        help="optimizer steps per virtual epoch (default: 100 for tiny and small, "
+                             "500 for base and big)")
+    parser.add_argument("--warmup-steps", type=_positive_int,
+                        help="linear warm-up of the paper's learning-rate schedule (default: 400 for tiny and "
+                             "small, 4000 for base and big)")
+    parser.add_argument("--label-smoothing", type=_fraction, default=0.1, help="as in the paper")
+    parser.add_argument("--mixed-precision", choices=("float16", "bfloat16"),
+                        help="compute in this dtype, keep float32 weights (default: float32 throughout)")
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="XLA-compile the train step (default: Keras decides)")
+    parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
+                        help="batch sequences of similar length (default: on)")
+    parser.add_argument("--bucket-width", type=_positive_int, default=8,
+                        help="padded lengths are multiples of this (and --max-length); one compiled program "
+                             "per length on JAX, so 32 on a GPU")
+    parser.add_argument("--input-pipeline", choices=("auto", "tf.data", "python"), default="auto",
+                        help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
+                             "no TensorFlow; the same batches (auto = tf.data where TensorFlow imports)")
+    parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
+                        help="--no-flash-attention: the explicit float32-softmax attention instead of the "
+                             "backend's fused kernel, the fallback if a fused kernel gives NaN; a resumed "
+                             "run may change it (default: the backend decides)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the weights, dropout and the data order")
+    parser.add_argument("--distribute", choices=("data", "model"),
+                        help="train on all visible devices: data = data parallel (JAX DataParallel, "
+                             "TensorFlow MirroredStrategy), model = attention/feed-forward kernels split "
+                             "across devices (JAX ModelParallel); the batch stays the global batch "
+                             "(default: one device)")
+    parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
+
+
+def _train(args, out):
+    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.trainer import train_translator
+
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "overwrite", "handler", "verbose")}
+    options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
+    summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
+    print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}),
+          file=out)
+    print(
+        f"train loss {summary['train_loss']:.3f} | dev loss {summary['dev_loss']:.3f} | "
+        f"dev token accuracy {summary['dev_token_accuracy']:.1%} | "
+        f"{summary['tokens_per_second']:,.0f} tokens/s | {summary['wall_seconds'] / 60:.1f} min | "
+        f"saved in {args.output}",
+        file=out,
+    )
+
+
+def _translator(args):
+    from keras_transformer.errors import UserInputError
+    from keras_transformer.translator import Translator
+
+    try:
+        return Translator.from_directory(args.model, beam_width=args.beam)
+    except (FileNotFoundError, ValueError) as error:
+        raise UserInputError(str(error))
+
+
+def _translate(args, out):
+    translator = _translator(args)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    for translation in translator(texts):
+        print(translation, file=out)
+
+
+def _evaluate(args, out):
+    from keras_transformer.data.corpus import load_bible_pairs
+    from keras_transformer.evaluation import evaluate_pairs
+
+    pairs = load_bible_pairs(args.split, path=args.corpus)[: args.limit]
+    result = evaluate_pairs(_translator(args), pairs)
+    print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}", file=out)
+    print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}",
+          file=out)
+    print(result["bleu_signature"], file=out)
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}.json")
+    with open(path, "w") as f:
+        json.dump({**result, "split": args.split, "beam": args.beam}, f, indent=2, ensure_ascii=False)
+    print(f"written to {path}", file=out)
+
+
+def _export(args, out):
+    import subprocess
+
+    from keras_transformer import run_folder
+    from keras_transformer.errors import UserInputError
+
+    if not all(_importable(name) for name in ("tensorflow", "tensorflow_text")):
+        raise UserInputError(
+            "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "
+            "(pip install tensorflow tensorflow-text); train, translate and evaluate run without them."
+        )
+    model_path = os.path.join(args.model, run_folder.MODEL_FILE)
+    if not os.path.isfile(model_path):
+        raise UserInputError(
+            f"--model {args.model!r} holds no {run_folder.MODEL_FILE}: pass the --output folder of a training run."
+        )
+    run_folder.check_model_archive(model_path)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        # Export goes through TensorFlow whatever backend trained the model.
+        command = [sys.executable, "-m", "keras_transformer_cli", "export", "--model", args.model, "--out", args.out]
+        if args.max_new_tokens:
+            command += ["--max-new-tokens", str(args.max_new_tokens)]
+        result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+        if result.returncode:
+            raise UserInputError(f"export under the TensorFlow backend failed (exit code {result.returncode}).")
+        return
+    from keras_transformer.export import export_translator
+
+    export_translator(args.model, args.out, args.max_new_tokens)
+    print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
+          f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
+
+
+def _importable(name):
+    """Whether `import name` can find the package, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None (import blocked)
+        return False
+
+
+def _ablate(args, out):
+    import dataclasses
+
+    from keras_transformer import ablation
+    from keras_transformer.errors import UserInputError
+
+    try:
+        variants = dict(ablation.parse_variant(text) for text in args.variant or ["baseline"])
+    except ValueError as error:
+        raise UserInputError(f"--variant: {error}")
+    settings = ablation.QUICK if args.quick else ablation.AblationSettings()
+    overrides = {
+        key: getattr(args, key)
+        for key in ABLATE_SETTINGS
+        if getattr(args, key) is not None
+    }
+    settings = dataclasses.replace(settings, **overrides)
+    if settings.d_model % settings.num_heads:
+        raise UserInputError(f"--d-model {settings.d_model} is not divisible by --num-heads {settings.num_heads}.")
+    rows = ablation.run_ablation(
+        variants, seeds=range(args.seeds), settings=settings, workdir=args.out,
+        bleu_sentences=args.bleu_sentences,
+    )
+    print(ablation.write_results(rows, args.out), file=out)
+    print(f"runs, summary and table in {args.out}/results.json and results.md", file=out)
+
+
+# `ablate`'s settings flags: (AblationSettings field, help). Their defaults
+# are AblationSettings' and QUICK's (a test checks the text against them).
+ABLATE_SETTINGS = {
+    "corpus": "gzipped TSV corpus (default: the embedded one)",
+    "steps": "optimizer steps per run (default: 1000; 300 with --quick)",
+    "eval_every": "steps between dev evaluations (default: 100)",
+    "d_model": "model width (default: 128; 64 with --quick)",
+    "num_layers": "encoder and decoder layers (default: 2)",
+    "num_heads": "attention heads (default: 4)",
+    "ff_dim": "feed-forward hidden units (default: 512; 256 with --quick)",
+    "max_length": "longest sequence kept, in tokens (default: 64; 48 with --quick)",
+    "vocabulary_size": "joint SentencePiece vocabulary (default: 4000; 2000 with --quick)",
+    "batch_tokens": "tokens per batch (default: 2048; 1536 with --quick)",
+    "train_pairs": "train on the first N training pairs only (default: all)",
+    "dev_pairs": "evaluate on the first N dev pairs (default: 200)",
+}
+
+
+def build_parser():
+    """The argument parser of `keras-transformer`.
+
+    Example:
+
+    >>> args = build_parser().parse_args(["train", "--preset", "tiny"])
+    >>> args.command, args.preset
+    ('train', 'tiny')
+    """
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_HelpFormatter,
+        description="Train, use and study a Keras 3 Transformer translator (Spanish -> English by default).",
+        epilog=f"`{PROG} VERB --help` describes each verb. Set KERAS_BACKEND=tensorflow, jax or torch "
+               "to choose the Keras backend.",
+    )
+    parser.add_argument("--verbose", action="store_true", default=False,
+                        help=f"show TensorFlow's and XLA's start-up logging (also {VERBOSE_VARIABLE}=1)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+
+    def verb(name, handler, summary, description=None):
+        command = commands.add_parser(name, help=summary, description=description or summary,
+                                      formatter_class=_HelpFormatter)
+        command.set_defaults(handler=handler)
+        # Also after the verb; SUPPRESS keeps the verb from resetting the top-level flag.
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="show TensorFlow's and XLA's start-up logging")
+        return command
+
+    train = verb("train", _train, "train a translator (Spanish -> English on the embedded corpus by default)",
+                 TRAIN_DESCRIPTION)
+    _add_train_arguments(train)
+
+    translate = verb("translate", _translate, "translate Spanish text (arguments, or stdin one line each)")
+    translate.add_argument("--model", required=True, help="the --output folder of a training run")
+    translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
+
+    evaluate = verb("evaluate", _evaluate, "BLEU and chrF (sacrebleu) on a split of the corpus")
+    evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
+    evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
+                          help="heldout: whole books never trained on")
+    evaluate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
+    evaluate.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded one)")
+
+    export = verb("export", _export, "write a TensorFlow SavedModel that maps strings to translations")
+    export.add_argument("--model", required=True, help="the --output folder of a training run")
+    export.add_argument("--out", required=True, help="folder for the SavedModel")
+    export.add_argument("--max-new-tokens", type=_positive_int,
+                        help="longest translation (default: the model's max_length - 1)")
+
+    ablate = verb("ablate", _ablate, "train model variants with several seeds; a mean +- std table")
+    ablate.add_argument("--variant", action="append",
+                        help="a named variant (baseline, no_embedding_scale, untied, pre_ln, ...) or "
+                             "'name:key=value,...' of model options; repeat for several (default: baseline)")
+    ablate.add_argument("--seeds", type=_positive_int, default=3, help="seeds per variant")
+    ablate.add_argument("--out", default="runs/ablate", help="folder for the runs and the table")
+    ablate.add_argument("--quick", action="store_true", help="a minutes-long CPU setting (d_model 64, 300 steps)")
+    ablate.add_argument("--bleu-sentences", type=int, default=0,
+                        help="dev sentences translated for BLEU per run (0: none)")
+    for key, text in ABLATE_SETTINGS.items():
+        ablate.add_argument(f"--{key.replace('_', '-')}", type=None if key == "corpus" else _positive_int, help=text)
+    return parser
+
+
+@contextlib.contextmanager
+def _quiet_native_logging(verbose):
+    """Keeps C++ start-up logging (TensorFlow, XLA, absl) out of the terminal.
+
+    TensorFlow and XLA write lines such as "failed call to cuInit" from C++
+    straight to file descriptor 2 while Keras imports its backend and the
+    first device starts, before any Python logging setting applies; only
+    silencing the descriptor for that moment hides them. What was written
+    is shown after all if the start fails.
+    """
+    if verbose:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # later TensorFlow logging: warnings and errors only
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode("utf-8", errors="replace"))
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _uses_tensorflow(args):
+    """Whether the verb will import TensorFlow whatever the backend (tf.data, TensorBoard, export)."""
+    return (
+        args.command in ("train", "ablate", "export")
+        and getattr(args, "input_pipeline", "auto") != "python"
+        and _importable("tensorflow")
+    )
+
+
+def _start_keras(args, verbose):
+    """Imports Keras, the package and TensorFlow where the verb uses it, and
+    starts their devices, quietly unless verbose."""
+    with _quiet_native_logging(verbose):
+        import keras
+
+        import keras_transformer  # noqa: F401
+
+        keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)
+        if _uses_tensorflow(args) or "tensorflow" in sys.modules:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend
+
+
+def _one_line_warning(message, category, filename, lineno, line=None):
+    return f"{PROG}: warning: {message}\n"
+
+
+def main(argv=None):
+    """Entry point of the `keras-transformer` console script.
+
+    Args:
+        argv: the arguments (default: `sys.argv[1:]`).
+
+    Returns:
+        0; user errors exit with status 2, Ctrl-C with 130.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
+    results = sys.stdout
+    # Keras' progress bars assume a terminal: when stdout is a file or a pipe
+    # they go, with the log lines, to stderr, and stdout keeps the results.
+    progress = sys.stdout if sys.stdout.isatty() else sys.stderr
+    format_warning = warnings.formatwarning
+    with contextlib.redirect_stdout(progress):
+        warnings.formatwarning = _one_line_warning
+        try:
+            _start_keras(args, verbose)
+            from keras_transformer.errors import UserInputError
+
+            try:
+                args.handler(args, results)
+            except UserInputError as error:
+                parser.exit(2, f"{PROG}: error: {error}\n")
+        except KeyboardInterrupt:
+            parser.exit(130, f"{PROG}: interrupted; run the same command again to resume.\n")
+        finally:
+            warnings.formatwarning = format_warning
+    return 0

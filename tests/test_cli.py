@@ -1,0 +1,143 @@
+"""The command line as a newcomer meets it: help, quiet start, clean stdout, plain warnings."""
+
+import argparse
+import dataclasses
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import keras_transformer_cli as cli
+from keras_transformer.train_config import PRESETS
+from keras_transformer.train_config import TrainConfig
+
+EMOJI = "🙂🎉🔥 😀"
+
+
+def _subparsers(parser):
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
+
+
+def _run(*args, **kwargs):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_every_flag_of_every_verb_has_help_and_the_top_level_help_lists_each_verb_in_one_line(capsys):
+    parser = cli.build_parser()
+    verbs = _subparsers(parser)
+    assert set(verbs) == {"train", "translate", "evaluate", "export", "ablate"}
+    for name, verb in verbs.items():
+        for action in verb._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for name, verb in verbs.items():
+        assert f"    {name}" in text, f"--help does not list {name}"
+
+
+def test_train_help_states_every_default_and_the_default_presets_size(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for flag, default in (("--dropout", "0.1"), ("--seed", "0"), ("--vocabulary-size", "8000"),
+                          ("--label-smoothing", "0.1"), ("--batch-tokens", "4096"), ("--max-length", "128")):
+        assert f"{flag}" in text and f"(default: {default})" in text.split(flag, 2)[-1][:400], flag
+    assert "400 for tiny" in text  # --warmup-steps: the preset's default
+    for preset, layers in (("tiny", "2+2 layers"), ("base", "6+6 layers")):
+        sizes = PRESETS[preset]
+        assert f"{preset} on a" in text and layers == f"{sizes['num_layers']}+{sizes['num_layers']} layers"
+        assert f"d_model {sizes['d_model']}, {sizes['num_heads']} heads" in text
+    assert "min on a shared 2-core CPU" in text and "H100" in text
+
+
+def test_the_parsers_defaults_are_the_configs():
+    args = vars(cli.build_parser().parse_args(["train"]))
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    shared = set(args) & set(defaults) - {"jit_compile"}  # "auto" is the CLI's None
+    assert len(shared) > 15
+    assert {key: args[key] for key in shared} == {key: defaults[key] for key in shared}
+    assert set(cli.PRESET_NAMES) == set(PRESETS)
+
+
+def test_ablate_help_names_the_settings_defaults():
+    from keras_transformer import ablation
+
+    full, quick = ablation.AblationSettings(), ablation.QUICK
+    for key, text in cli.ABLATE_SETTINGS.items():
+        value = getattr(full, key)
+        if isinstance(value, int):
+            assert f"(default: {value}" in text, key
+            if getattr(quick, key) != value:
+                assert f"{getattr(quick, key)} with --quick" in text, key
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["train", "--bogus"], ["translate"]])
+def test_help_and_bad_flags_answer_without_importing_keras(argv):
+    probe = (
+        "import sys, keras_transformer_cli\n"
+        "try:\n"
+        f"    keras_transformer_cli.main({argv!r})\n"
+        "except SystemExit as exit_:\n"
+        "    code = exit_.code\n"
+        "print('keras imported:', 'keras' in sys.modules, 'tensorflow imported:', 'tensorflow' in sys.modules,"
+        " 'exit', code, file=sys.stderr)\n"
+    )
+    result = _run("-c", probe)
+    assert "keras imported: False tensorflow imported: False" in result.stderr, result.stderr[-2000:]
+    assert ("exit 0" if "--help" in argv else "exit 2") in result.stderr
+
+
+def test_piped_stdout_holds_only_results_and_warnings_are_plain_lines(trained_run):
+    result = _run("-m", "keras_transformer_cli", "translate", "--model", str(trained_run),
+                  "Y dijo Dios: Sea la luz.", EMOJI)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(result.stdout.splitlines()) == 2
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    warning_lines = [line for line in result.stderr.splitlines() if "mostly unknown" in line]
+    assert len(warning_lines) == 1, result.stderr[-3000:]
+    assert warning_lines[0].startswith("keras-transformer: warning: mostly unknown to the vocabulary")
+    assert f"{EMOJI!r}: 4 of 4 characters (100%)" in warning_lines[0]
+    assert "warnings.warn" not in result.stderr and "UserWarning" not in result.stderr
+    # TensorFlow's and XLA's C++ start-up lines stay out of the terminal.
+    for noise in ("absl::InitializeLog", "cuInit", "cpu_feature_guard", "cudart_stub"):
+        assert noise not in result.stderr
+
+
+def test_evaluate_to_a_pipe_sends_the_progress_bar_to_stderr(trained_run, tmp_path):
+    corpus = str(__import__("conftest").FIXTURE_CORPUS)
+    result = _run("-m", "keras_transformer_cli", "evaluate", "--model", str(trained_run), "--split", "heldout",
+                  "--limit", "3", "--corpus", corpus)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0].split() == ["split", "beam", "sentences", "BLEU", "chrF"]
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout and "sentence" in result.stderr
+
+
+def test_translator_warns_only_for_mostly_unknown_input(trained_run):
+    from keras_transformer.translator import Translator
+
+    translator = Translator.from_directory(str(trained_run))
+    with pytest.warns(UserWarning, match=r"mostly unknown .*'我爱你中国': 5 of 5 characters \(100%\)"):
+        translator(["Y dijo Dios.", "我爱你中国"])
+    assert translator.unknown_characters("Sea la luz 🙂") == (1, 9)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        translator(["Y dijo Dios: Sea la luz. 🙂"])  # one unknown character of 21: no warning
+
+
+def test_a_truncated_model_is_reported_as_damaged(trained_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(trained_run, folder)
+    whole = (folder / "model.keras").read_bytes()
+    (folder / "model.keras").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["translate", "--model", str(folder), "Sea la luz."])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert f"model.keras' is damaged: {len(whole) // 2:,} bytes, not a complete .keras archive" in error
+    assert "not found" not in error.lower()
