@@ -386,7 +386,7 @@ def _start_keras(args, verbose):
         import keras_transformer  # noqa: F401
 
         keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)
-        if _uses_tensorflow(args) or "tensorflow" in sys.modules:
+        if _uses_tensorflow(args) or sys.modules.get("tensorflow") is not None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend

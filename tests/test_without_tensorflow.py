@@ -72,8 +72,9 @@ def test_cli_trains_translates_and_evaluates_with_tensorflow_blocked(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     stdout = result.stdout
-    assert "input pipeline: python (keras.utils.PyDataset" in stdout and "TensorFlow does not import here" in stdout
-    assert "TensorBoard logs need TensorFlow" in stdout
+    log = result.stderr  # stdout is a pipe: the log lines go to stderr, the results stay on stdout
+    assert "input pipeline: python (keras.utils.PyDataset" in log and "TensorFlow does not import here" in log
+    assert "TensorBoard logs need TensorFlow" in log
     for name in ("model.keras", "vocabulary.spm", "config.json", "summary.json", "log.csv", "backup"):
         assert (output / name).exists(), name
     assert not (output / "logs").exists()  # no TensorBoard without TensorFlow
