@@ -23,17 +23,20 @@ HELDOUT_BOOKS = frozenset({"Ruth", "Jonah", "Phlm", "Jude"})
 
 @dataclasses.dataclass(frozen=True)
 class TranslationPair:
-    """One verse-aligned translation pair.
+    """One translation pair: a Bible verse, or a line of your own corpus.
 
     Attributes:
         id: Verse id `"Book.chapter.verse"` with the OSIS book name,
-            e.g. `"Gen.1.1"`.
-        book: OSIS book name, e.g. `"Gen"`.
-        split: One of `"train"`, `"dev"`, `"test"`, `"heldout"`.
-        source: Spanish text (Reina-Valera 1909).
-        target: English text (World English Bible).
-        references: All English references: the WEB text, then the KJV
-            text when the verse has one.
+            e.g. `"Gen.1.1"`; `"FILE:LINE"` for your own corpus (see
+            `parallel_corpus.ParallelCorpus`).
+        book: OSIS book name, e.g. `"Gen"`; `""` for your own corpus.
+        split: One of `"train"`, `"dev"`, `"test"`, `"heldout"` (the Bible
+            corpus only).
+        source: the source text (Bible: Spanish, Reina-Valera 1909).
+        target: the target text (Bible: English, World English Bible).
+        references: All references of the target: the target, then any
+            others (Bible: the KJV text when the verse has one; your own
+            TSV: its columns after the second).
     """
 
     id: str
