@@ -48,7 +48,9 @@ class AblationSettings:
     """What every variant shares: data, size, steps and evaluation.
 
     Args:
-        corpus: gzipped TSV of the corpus; None for the embedded one.
+        corpus: None for the embedded corpus, the path of a TSV, or a
+            `keras_transformer.data.ParallelCorpus` (your own files, their
+            splits and bad-line handling).
         num_layers, d_model, num_heads, ff_dim: the base model size.
         dropout: residual dropout.
         max_length: longest sequence kept, in tokens.
@@ -144,12 +146,16 @@ class SharedData:
     def __init__(self, settings, workdir):
         import tensorflow as tf
 
-        from keras_transformer.data import corpus
         from keras_transformer.data import pipeline
         from keras_transformer.data import tokenizer as tokenizer_lib
+        from keras_transformer.data.parallel_corpus import ParallelCorpus
 
-        train = corpus.load_bible_pairs("train", path=settings.corpus)[: settings.train_pairs]
-        dev = corpus.load_bible_pairs("dev", path=settings.corpus)[: settings.dev_pairs]
+        corpus = settings.corpus
+        if not isinstance(corpus, ParallelCorpus):
+            corpus = ParallelCorpus(corpus)  # None (the embedded corpus) or a path
+        splits = corpus.read()
+        train = splits.require("train")[: settings.train_pairs]
+        dev = splits.require("dev")[: settings.dev_pairs]
         path = os.path.join(workdir, f"vocabulary-{settings.vocabulary_size}.spm")
         if not os.path.exists(path):
             texts = [p.source for p in train] + [p.target for p in train]

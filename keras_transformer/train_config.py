@@ -22,7 +22,17 @@ INPUT_PIPELINES = ("auto", "tf.data", "python")
 # Fields that may differ when a run is resumed in the same folder (a backup
 # holds whole arrays, so it reloads onto another number of devices; both
 # input pipelines yield the same batches).
-RESUMABLE_CHANGES = ("output", "epochs", "jit_compile", "distribute", "input_pipeline", "flash_attention")
+# The language names are labels only.
+RESUMABLE_CHANGES = (
+    "output", "epochs", "jit_compile", "distribute", "input_pipeline", "flash_attention",
+    "source_language", "target_language",
+)
+# The fields that say where the corpus is and how to read and split it
+# (`keras_transformer.data.parallel_corpus.ParallelCorpus`).
+CORPUS_FIELDS = (
+    "corpus", "dev", "test", "dev_fraction", "test_fraction", "header", "skip_bad_lines",
+    "source_language", "target_language",
+)
 
 
 def has_accelerator():
@@ -54,8 +64,15 @@ class TrainConfig:
     accelerator and "tiny" on a CPU.
 
     Args:
-        output: folder for the model, vocabulary, config and logs.
-        corpus: gzipped TSV of the corpus; None for the embedded one.
+        output: folder for the model, vocabulary, config and logs. None
+            (the default) takes `runs/SOURCE-TARGET` when the languages
+            are known (`runs/es-en` for the embedded corpus), else
+            `runs/NAME` after the corpus file's name.
+        corpus: None for the embedded Spanish -> English Bible corpus; the
+            path of a TSV (`source<TAB>target[<TAB>more references]`, or
+            the Bible corpus' own format, recognised by its header); or a
+            list of two aligned text files, source then target. UTF-8,
+            gzipped or not (see `keras_transformer.data.parallel_files`).
         preset: "tiny", "small", "base", "big" or None.
         num_layers, d_model, num_heads, ff_dim: model size; None takes the
             preset's.
@@ -93,6 +110,15 @@ class TrainConfig:
             kernel (fused cuDNN / SDPA kernels on a GPU in float16 or
             bfloat16); False takes the explicit float32-softmax path, the
             fallback if a fused kernel misbehaves. A resumed run may change it.
+        dev, test: dev / test pairs in the format of `corpus`, or None to
+            split them off `corpus` by a hash of the source text.
+        dev_fraction, test_fraction: the shares of `corpus` that the hash
+            split sends to dev and test; None means 0.02 each.
+        header: the TSV's first line is a header (skipped).
+        skip_bad_lines: skip, count and report bad lines of the corpus
+            instead of stopping at the first.
+        source_language, target_language: names such as "de" and "en",
+            labels only (the default output folder, the summary).
 
     Example:
 
@@ -101,8 +127,8 @@ class TrainConfig:
     (128, 2)
     """
 
-    output: str = "runs/es-en"
-    corpus: str = None
+    output: str = None
+    corpus: object = None
     preset: str = None
     num_layers: int = None
     d_model: int = None
@@ -125,14 +151,40 @@ class TrainConfig:
     bucket_width: int = BUCKET_WIDTH
     input_pipeline: str = "auto"
     flash_attention: bool = None
+    dev: object = None
+    test: object = None
+    dev_fraction: float = None
+    test_fraction: float = None
+    header: bool = False
+    skip_bad_lines: bool = False
+    source_language: str = None
+    target_language: str = None
+
+    def parallel_corpus(self):
+        """The `ParallelCorpus` the corpus fields name (checked when resolved).
+
+        Example:
+
+        >>> TrainConfig(corpus=["train.de", "train.en"]).parallel_corpus().path
+        ('train.de', 'train.en')
+        """
+        from keras_transformer.data.parallel_corpus import ParallelCorpus
+
+        return ParallelCorpus.from_config({key: getattr(self, key) for key in CORPUS_FIELDS})
 
     def resolved(self):
-        """A copy with the preset and the hardware defaults filled in."""
+        """A copy with the preset, the hardware defaults and the output folder filled in."""
         preset = self.preset or ("base" if has_accelerator() else "tiny")
         if preset not in PRESETS:
             raise UserInputError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}.")
         sizes = {key: getattr(self, key) or value for key, value in PRESETS[preset].items()}
-        config = dataclasses.replace(self, preset=preset, **sizes)
+        corpus = self.parallel_corpus()
+        corpus.check()
+        # One spelling in config.json: a path, or a list of two.
+        paths = {key: list(value) if isinstance(value, tuple) else value
+                 for key, value in (("corpus", corpus.path), ("dev", corpus.dev), ("test", corpus.test))}
+        config = dataclasses.replace(self, preset=preset, output=self.output or _default_output(corpus),
+                                     **sizes, **paths)
         # The CPU default is sized to finish in about 15 minutes on 2 cores.
         defaults = dict(epochs=8, steps_per_epoch=100, warmup_steps=400)
         if preset in ("base", "big"):
@@ -165,8 +217,6 @@ class TrainConfig:
             raise UserInputError(
                 f"--mixed-precision must be float16 or bfloat16, got {self.mixed_precision!r}."
             )
-        if self.corpus is not None and not os.path.isfile(self.corpus):
-            raise UserInputError(f"--corpus {self.corpus!r} does not exist.")
         if self.input_pipeline not in INPUT_PIPELINES:
             raise UserInputError(
                 f"--input-pipeline must be one of {', '.join(INPUT_PIPELINES)}, got {self.input_pipeline!r}."
@@ -196,6 +246,14 @@ class TrainConfig:
     def total_steps(self):
         """Optimizer steps of the whole run."""
         return self.epochs * self.steps_per_epoch
+
+
+def _default_output(corpus):
+    source, target = corpus.languages
+    if source and target:
+        return os.path.join("runs", f"{source}-{target}")
+    path = corpus.path[0] if isinstance(corpus.path, tuple) else corpus.path
+    return os.path.join("runs", os.path.basename(path).split(".")[0] or "corpus")
 
 
 def tensorflow_imports():

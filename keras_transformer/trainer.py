@@ -1,9 +1,10 @@
-"""The package's main job: train a Spanish -> English translator end to end.
+"""The package's main job: train a translator end to end.
 
-corpus -> SentencePiece vocabulary -> bucketed batches -> functional
-Transformer -> `model.fit` with the paper's schedule and a masked,
-label-smoothed loss -> an output folder holding the model, the vocabulary,
-the config and the logs. `keras-transformer train` is a thin layer over
+corpus (the embedded Spanish -> English Bible corpus, or your own files:
+see `data.parallel_corpus`) -> SentencePiece vocabulary -> bucketed
+batches -> functional Transformer -> `model.fit` with the paper's schedule
+and a masked, label-smoothed loss -> an output folder holding the model,
+the vocabulary, the config and the logs. `keras-transformer train` is a thin layer over
 `train_translator`.
 
 The batches come from `tf.data` wherever TensorFlow imports, else from a
@@ -202,9 +203,11 @@ def train_translator(
 ):
     """Trains (or resumes) a translator as `config` says; returns a summary dict.
 
-    Before the first step it checks the output folder (writable, same run,
-    enough free space for the model and its backups) and the backups it
-    would resume from; a NaN or infinite loss stops training at that step
+    Before it writes anything it reads the whole corpus (a bad line is an
+    error, or with `skip_bad_lines` a warning; so is an empty train or dev
+    split). Before the first step it checks the output folder (writable,
+    same run, enough free space for the model and its backups) and the
+    backups it would resume from; a NaN or infinite loss stops training at that step
     with a `UserInputError` and leaves the last good backup in place.
 
     Args:
@@ -221,11 +224,17 @@ def train_translator(
         wall time and the step count, also written to `summary.json`.
 
     Raises:
-        UserInputError: bad settings, an unusable output folder or backup,
-            too little disk space, or a loss that stopped being finite.
+        UserInputError: bad settings, a bad corpus line (its file and line
+            named), an empty train or dev split, an unusable output folder
+            or backup, too little disk space, or a loss that stopped being
+            finite.
     """
     start = time.time()
     config = config.resolved()
+    # The whole corpus is read before the output folder is touched: a bad
+    # line stops the run with nothing written, so the fixed command starts afresh.
+    splits = config.parallel_corpus().read()
+    splits.require("train"), splits.require("dev")
     recorded_epochs = run_folder.prepare_output(config, overwrite=overwrite)
     if config.mixed_precision:
         keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}")
@@ -236,14 +245,13 @@ def train_translator(
         # Before the model is built: its variables are created sharded.
         keras.distribution.set_distribution(placement.distribution)
     try:
-        return _train(config, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences)
+        return _train(config, splits, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences)
     finally:
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 
 
-def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
-    from keras_transformer.data import corpus
+def _train(config, splits, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
     from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
@@ -254,8 +262,7 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
     random_states = run_folder.read_progress(output).get("random_states")
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
-    train_pairs = corpus.load_bible_pairs("train", path=config.corpus)
-    dev_pairs = corpus.load_bible_pairs("dev", path=config.corpus)
+    train_pairs, dev_pairs = splits.require("train"), splits.require("dev")
     vocabulary_path = os.path.join(output, run_folder.VOCABULARY_FILE)
     if epochs_done == 0 or not os.path.exists(vocabulary_path):
         texts = [p.source for p in train_pairs] + [p.target for p in train_pairs]
@@ -271,9 +278,12 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
             + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
     train_tokens = tokenize(train_pairs)
     dev_tokens = tokenize(dev_pairs)
+    languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
+    skipped = sum(splits.skipped.values())
     log(
-        f"corpus: {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
+        f"corpus: {languages} ({splits.format}), {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
         f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens"
+        + (f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else "")
     )
     batching = dict(
         batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
@@ -349,6 +359,13 @@ def _train(config, placement, recorded_epochs, start, verbose, log, callbacks, s
         "backend": keras.backend.backend(),
         "input_pipeline": input_pipeline,
         "devices": placement.devices,
+        "output": output,
+        "corpus_format": splits.format,
+        "source_language": splits.source_language,
+        "target_language": splits.target_language,
+        "train_pairs": len(train_pairs),
+        "dev_pairs": len(dev_pairs),
+        "skipped_lines": dict(splits.skipped),
         **sample,
     }
     run_folder.write_json(os.path.join(output, run_folder.SUMMARY_FILE), summary)

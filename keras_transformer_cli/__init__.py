@@ -1,6 +1,6 @@
 """`keras-transformer`: train, use and study a Transformer translator from the shell.
 
-    keras-transformer train [--preset tiny|small|base|big] [--output DIR] ...
+    keras-transformer train [--corpus FILE | --corpus SOURCE_FILE TARGET_FILE] [--preset tiny|small|base|big] ...
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR
@@ -33,10 +33,11 @@ VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
 TRAIN_DESCRIPTION = """\
-Trains a Spanish -> English translator on the Bible verse pairs embedded in
-the package (or on --corpus) and leaves the model, its vocabulary, its
-config and its logs in --output. Run the same command again to resume an
-interrupted run; raise --epochs to train a finished one further.
+Trains a translator on the Spanish -> English Bible verse pairs embedded in
+the package, or on your own --corpus (a TSV file, or two aligned text
+files), and leaves the model, its vocabulary, its config and its logs in
+--output. Run the same command again to resume an interrupted run; raise
+--epochs to train a finished one further.
 
 The default preset fits the hardware:
   tiny on a CPU: 2+2 layers, d_model 128, 4 heads, feed-forward 512,
@@ -80,9 +81,48 @@ def _fraction(text):
     return value
 
 
+class _OneOrTwoPaths(argparse.Action):
+    """`--corpus FILE` (a TSV) or `--corpus SOURCE_FILE TARGET_FILE` (aligned text files)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) > 2:
+            raise argparse.ArgumentError(
+                self, f"takes one TSV file or two aligned text files (source, target), got {len(values)} paths"
+            )
+        setattr(namespace, self.dest, values[0] if len(values) == 1 else list(values))
+
+
+def _add_corpus_arguments(parser, from_run=False, languages=True):
+    """The flags of `ParallelCorpus`; with `from_run`, a flag not given takes the run's setting."""
+    run = " (default: the run's, from its config.json)" if from_run else ""
+    paths = dict(nargs="+", action=_OneOrTwoPaths, metavar=("FILE", "TARGET_FILE"))
+    parser.add_argument("--corpus", **paths, help=(
+        "your parallel corpus, UTF-8, gzipped or not: one TSV file (source<TAB>target, no header; further "
+        "columns are more references) or two aligned text files, source then target, one sentence a line"
+        + (run or " (default: the embedded Spanish -> English Bible corpus)")))
+    for split in ("dev", "test"):
+        parser.add_argument(f"--{split}", **paths, help=(
+            f"{split} pairs in the format of --corpus" + (run or f" (default: --{split}-fraction of --corpus)")))
+    for split in ("dev", "test"):
+        parser.add_argument(f"--{split}-fraction", type=_fraction, help=(
+            f"share of --corpus sent to {split}, picked by a hash of the source text, so the same in every run"
+            + (run or " (default: 0.02)")))
+    flag = dict(action="store_true", default=None if from_run else False)
+    parser.add_argument("--header", **flag, help="the TSV's first line is a header (skipped)" + run)
+    parser.add_argument("--skip-bad-lines", **flag, help=(
+        "skip lines with the wrong number of columns, an empty side or invalid UTF-8, and report how many, "
+        "instead of stopping at the first" + run))
+    if languages:
+        for side, example in (("source", "de"), ("target", "en")):
+            parser.add_argument(f"--{side}-language", help=(
+                f"name of the {side} language, e.g. {example}: a label for --output's default and the summary"))
+
+
 def _add_train_arguments(parser):
-    parser.add_argument("--output", default="runs/es-en", help="folder for the model, vocabulary, config and logs")
-    parser.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded Bible corpus)")
+    parser.add_argument("--output", help="folder for the model, vocabulary, config and logs (default: "
+                                         "runs/SOURCE-TARGET, e.g. runs/es-en for the embedded corpus; "
+                                         "runs/NAME after the corpus file without --source/target-language)")
+    _add_corpus_arguments(parser)
     parser.add_argument("--preset", choices=PRESET_NAMES, help="model size (default: base on a GPU, tiny on a CPU)")
     parser.add_argument("--num-layers", type=_positive_int, help="encoder and decoder layers (default: the preset's)")
     parser.add_argument("--d-model", type=_positive_int, help="model width (default: the preset's)")
@@ -93,7 +133,7 @@ def _add_train_arguments(parser):
     parser.add_argument("--max-length", type=_positive_int, default=128,
                         help="tokens per sequence; longer pairs are truncated")
     parser.add_argument("--vocabulary-size", type=_positive_int, default=8000,
-                        help="pieces of the joint Spanish-English SentencePiece vocabulary")
+                        help="pieces of the joint source-target SentencePiece vocabulary")
     parser.add_argument("--batch-tokens", type=_positive_int, default=4096,
                         help="tokens per batch and side, padding included")
     parser.add_argument("--epochs", type=_positive_int,
@@ -144,7 +184,7 @@ def _train(args, out):
         f"train loss {summary['train_loss']:.3f} | dev loss {summary['dev_loss']:.3f} | "
         f"dev token accuracy {summary['dev_token_accuracy']:.1%} | "
         f"{summary['tokens_per_second']:,.0f} tokens/s | {summary['wall_seconds'] / 60:.1f} min | "
-        f"saved in {args.output}",
+        f"saved in {summary['output']}",
         file=out,
     )
 
@@ -167,10 +207,17 @@ def _translate(args, out):
 
 
 def _evaluate(args, out):
-    from keras_transformer.data.corpus import load_bible_pairs
+    from keras_transformer import run_folder
+    from keras_transformer.data.parallel_corpus import ParallelCorpus
     from keras_transformer.evaluation import evaluate_pairs
+    from keras_transformer.train_config import CORPUS_FIELDS
 
-    pairs = load_bible_pairs(args.split, path=args.corpus)[: args.limit]
+    # The run's own corpus and splits, unless a flag says otherwise.
+    config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
+    settings = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
+    settings = {key: settings.get(key) for key in CORPUS_FIELDS}
+    settings.update({key: getattr(args, key) for key in CORPUS_FIELDS if getattr(args, key, None) is not None})
+    pairs = ParallelCorpus.from_config(settings).read().require(args.split)[: args.limit]
     result = evaluate_pairs(_translator(args), pairs)
     print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}", file=out)
     print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}",
@@ -243,6 +290,13 @@ def _ablate(args, out):
         for key in ABLATE_SETTINGS
         if getattr(args, key) is not None
     }
+    corpus = {key: getattr(args, key) for key in _CORPUS_FLAGS}
+    corpus = {key: value for key, value in corpus.items() if value is not None and value is not False}
+    if corpus:
+        from keras_transformer.data.parallel_corpus import ParallelCorpus
+
+        overrides["corpus"] = ParallelCorpus.from_config(corpus)
+        overrides["corpus"].check()
     settings = dataclasses.replace(settings, **overrides)
     if settings.d_model % settings.num_heads:
         raise UserInputError(f"--d-model {settings.d_model} is not divisible by --num-heads {settings.num_heads}.")
@@ -255,9 +309,9 @@ def _ablate(args, out):
 
 
 # `ablate`'s settings flags: (AblationSettings field, help). Their defaults
-# are AblationSettings' and QUICK's (a test checks the text against them).
+# are AblationSettings' and QUICK's (a test checks the text against them);
+# the corpus flags are train's.
 ABLATE_SETTINGS = {
-    "corpus": "gzipped TSV corpus (default: the embedded one)",
     "steps": "optimizer steps per run (default: 1000; 300 with --quick)",
     "eval_every": "steps between dev evaluations (default: 100)",
     "d_model": "model width (default: 128; 64 with --quick)",
@@ -270,6 +324,9 @@ ABLATE_SETTINGS = {
     "train_pairs": "train on the first N training pairs only (default: all)",
     "dev_pairs": "evaluate on the first N dev pairs (default: 200)",
 }
+
+
+_CORPUS_FLAGS = ("corpus", "dev", "test", "dev_fraction", "test_fraction", "header", "skip_bad_lines")
 
 
 def build_parser():
@@ -304,18 +361,18 @@ def build_parser():
                  TRAIN_DESCRIPTION)
     _add_train_arguments(train)
 
-    translate = verb("translate", _translate, "translate Spanish text (arguments, or stdin one line each)")
+    translate = verb("translate", _translate, "translate text with a trained run (arguments, or stdin one line each)")
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
 
-    evaluate = verb("evaluate", _evaluate, "BLEU and chrF (sacrebleu) on a split of the corpus")
+    evaluate = verb("evaluate", _evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
     evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
     evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
-                          help="heldout: whole books never trained on")
+                          help="heldout: whole books never trained on (the embedded Bible corpus only)")
     evaluate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
-    evaluate.add_argument("--corpus", help="gzipped TSV corpus (default: the embedded one)")
+    _add_corpus_arguments(evaluate, from_run=True, languages=False)
 
     export = verb("export", _export, "write a TensorFlow SavedModel that maps strings to translations")
     export.add_argument("--model", required=True, help="the --output folder of a training run")
@@ -333,7 +390,8 @@ def build_parser():
     ablate.add_argument("--bleu-sentences", type=int, default=0,
                         help="dev sentences translated for BLEU per run (0: none)")
     for key, text in ABLATE_SETTINGS.items():
-        ablate.add_argument(f"--{key.replace('_', '-')}", type=None if key == "corpus" else _positive_int, help=text)
+        ablate.add_argument(f"--{key.replace('_', '-')}", type=_positive_int, help=text)
+    _add_corpus_arguments(ablate, languages=False)
     return parser
 
 
