@@ -327,6 +327,7 @@ class KerasHubCachedDecoder:
         self.position_encoding = model.get_layer("decoder_position_encoding")
         self.layers = numbered_layers(model, "decoder_layer_")
         self.output_projection = model.get_layer("output_projection")
+        self.jit_compile = jit_compile
         self._step = compile_function(self._step_tensors) if jit_compile else self._step_tensors
 
     def _cache_shape(self, batch, length):
@@ -361,12 +362,10 @@ class KerasHubCachedDecoder:
 
     def next_logits(self, tokens, index, state):
         """Logits after `tokens` at position `index`; as `CachedDecoder.next_logits`."""
-        import dataclasses
-
         tokens = ops.convert_to_tensor(tokens, "int32")
         index = ops.convert_to_tensor(index, "int32")
         logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
-        return logits, dataclasses.replace(state, caches=list(caches))
+        return logits, state._replace(caches=list(caches))
 
     def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask):
         x = self.token_embedding(tokens)

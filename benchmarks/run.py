@@ -23,8 +23,8 @@ with `--threads 1`).
 - encoder inference: `predict` on the encoder half, tokens/s.
 - greedy decoding of `--new-tokens` tokens for `--decode-batch` sources:
   this package's `CachedDecoder` (KV cache) and KerasHub's own KV cache,
-  each on the same `greedy_search` host loop; this package's cache also in
-  `greedy_search_on_device`, the whole loop in one compiled program; and
+  each in the package's one decoding loop (`greedy_search`: one
+  `keras.ops.while_loop`, compiled with XLA unless `--no-jit-compile`, and always on JAX); and
   for all three the uncached loop that re-runs the whole model on the
   prefix at every step (what the tutorial does;
   `keras.layers.MultiHeadAttention` has no cache).
@@ -425,7 +425,7 @@ def _fit_jit(args):
 
 
 def _decode_jit(args):
-    # Default: compile the step where XLA is available (JAX, TensorFlow).
+    # Default: compile the decoding loop where XLA is available (JAX, TensorFlow).
     return args.jit_compile if args.jit_compile is not None else keras.backend.backend() != "torch"
 
 
@@ -488,8 +488,7 @@ def _time_encoders(subjects, args, seq_len):
 def _time_decoding(subjects, args, seq_len):
     from keras_transformer.decoding import CachedDecoder
     from keras_transformer.decoding import greedy_search
-    from keras_transformer.decoding import greedy_search_on_device
-    from keras_transformer.decoding import greedy_search_uncached
+    from keras_transformer.decoding import UncachedDecoder
 
     vocabulary_size = CONFIGS[args.config]["vocabulary_size"]
     new_tokens, jit_compile = args.new_tokens, _decode_jit(args)
@@ -501,23 +500,21 @@ def _time_decoding(subjects, args, seq_len):
         decoder = None
         if name == OURS:
             decoder = CachedDecoder(model, max_length=new_tokens + 1, jit_compile=jit_compile)
-            functions[name, "on_device"] = lambda decoder=decoder: greedy_search_on_device(
-                decoder, source, new_tokens, stop_at_end=False
-            )
         elif name == "keras_hub":
             decoder = KerasHubCachedDecoder(model, max_length=new_tokens + 1, jit_compile=jit_compile)
         if decoder is not None:
             functions[name, "cached"] = lambda decoder=decoder: greedy_search(
                 decoder, source, new_tokens, stop_at_end=False
             )
-        functions[name, "uncached"] = lambda model=model: greedy_search_uncached(
-            model, source, new_tokens, stop_at_end=False
+        uncached = UncachedDecoder(model, max_length=new_tokens + 1, jit_compile=jit_compile)
+        functions[name, "uncached"] = lambda uncached=uncached: greedy_search(
+            uncached, source, new_tokens, stop_at_end=False
         )
     wall, cpu = interleaved_seconds(functions, args.decode_repeats)
     generated = args.decode_batch * new_tokens
     for subject in subjects:
         result = dict(new_tokens=new_tokens, batch_size=args.decode_batch, jit_compile=jit_compile)
-        for kind in ("cached", "on_device", "uncached"):
+        for kind in ("cached", "uncached"):
             seconds = wall.get((subject.implementation, kind))
             if seconds:
                 result[f"{kind}_tokens_per_second"] = generated / statistics.median(seconds)
@@ -689,7 +686,6 @@ _RATES = {
     "encode": (("tokens_per_second", "seconds_repeats", "cpu_seconds_repeats"),),
     "decode": (
         ("cached_tokens_per_second", "cached_seconds_repeats", "cached_cpu_seconds_repeats"),
-        ("on_device_tokens_per_second", "on_device_seconds_repeats", "on_device_cpu_seconds_repeats"),
         ("uncached_tokens_per_second", "uncached_seconds_repeats", "uncached_cpu_seconds_repeats"),
     ),
 }
@@ -765,13 +761,6 @@ def summary_ratios(results, statistic="median"):
         value = _ratio(cached, _get(rows.get("keras_hub", {}).get("decode"), "cached_tokens_per_second", statistic))
         if value is not None:
             found["cached_decode_speedup_vs_keras_hub_cached"] = value
-        on_device = _get(ours.get("decode"), "on_device_tokens_per_second", statistic)
-        value = _ratio(on_device, cached)
-        if value is not None:
-            found["on_device_loop_speedup_vs_host_loop"] = value
-        value = _ratio(on_device, _get(rows.get("tutorial", {}).get("decode"), "uncached_tokens_per_second", statistic))
-        if value is not None:
-            found["on_device_decode_speedup_vs_tutorial_uncached"] = value
         ratios[str(seq_len)] = found
     return ratios
 
@@ -808,8 +797,8 @@ def _statistic_table(report, statistic):
             "| implementation | parameters | train tokens/s | vs ours | "
             + ("MFU" if accelerator else "achieved GFLOP/s")
             + " | retraces (timed) | peak memory MB | encoder tokens/s | vs ours "
-            "| greedy cached tokens/s | on-device loop tokens/s | greedy uncached tokens/s | cached / uncached |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| greedy cached tokens/s | greedy uncached tokens/s | cached / uncached |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             train, encode, dec = r.get("train"), r.get("encode"), r.get("decode") or {}
@@ -837,7 +826,6 @@ def _statistic_table(report, statistic):
                     _times(_ratio(_get(ours.get("encode"), "tokens_per_second", statistic),
                                   _get(encode, "tokens_per_second", statistic))),
                     _number(cached, 1) if cached is not None else ("no cache" if dec else "n/a"),
-                    _number(_get(dec, "on_device_tokens_per_second", statistic), 1),
                     _number(uncached, 1),
                     _times(_ratio(cached, uncached)),
                 ]) + " |"

@@ -1,8 +1,8 @@
 """SavedModel export: a serving signature from strings to translated strings.
 
 The tokenizer (tensorflow-text's SentencePiece op), the encoder, the cached
-greedy decoding loop (`tf.while_loop` over `CachedDecoder` steps) and the
-detokenizer all live inside one TensorFlow graph, so the exported folder
+greedy decoding loop (the package's one loop, `decoding.search_tensors`,
+traced into a `tf.while_loop`) and the detokenizer all live inside one TensorFlow graph, so the exported folder
 translates in a process that has only `tensorflow` and `tensorflow_text`,
 without this package or Keras.
 
@@ -13,14 +13,12 @@ TensorFlow-backend process; `keras-transformer export` starts that process
 for you.
 """
 
-import dataclasses
 import os
 
 import keras
 
 from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
 
 SIGNATURE = "serving_default"
 
@@ -55,12 +53,12 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
     import tensorflow_text
 
     from keras_transformer.decoding import CachedDecoder
+    from keras_transformer.decoding import GreedyChoice
+    from keras_transformer.decoding import search_tensors
 
     decoder = CachedDecoder(model)
     max_length = decoder.max_length
     max_new_tokens = max_new_tokens or max_length - 1
-    forbidden = tf.one_hot([PAD_ID, START_ID], model.output_shape[-1], on_value=-1e9, dtype="float32")
-    forbidden = tf.reduce_sum(forbidden, axis=0)
 
     module = tf.Module()
     module.model = model
@@ -75,27 +73,8 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
         # At least one column, so an all-empty batch still has a shape.
         encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, 1]])[:, : tf.maximum(1, tf.shape(encoder_tokens)[1])]
-        state = decoder.start(encoder_tokens)
-        # Only the self-attention caches change from step to step; the loop
-        # carries them as a plain list of tensors.
-        caches = state.caches
-        batch = tf.shape(encoder_tokens)[0]
-        tokens = tf.fill([batch, 1], START_ID)
-        finished = tf.zeros([batch], tf.bool)
-        generated = tf.TensorArray(tf.int32, size=max_new_tokens)
-        steps = tf.constant(0)
-        for index in tf.range(max_new_tokens):
-            logits, stepped = decoder.next_logits(tokens, index, dataclasses.replace(state, caches=caches))
-            caches = stepped.caches
-            best = tf.argmax(logits + forbidden, axis=-1, output_type=tf.int32)
-            best = tf.where(finished, PAD_ID, best)
-            generated = generated.write(index, best)
-            steps = index + 1
-            finished = finished | tf.equal(best, END_ID)
-            if tf.reduce_all(finished):
-                break
-            tokens = best[:, None]
-        output_ids = tf.transpose(generated.stack()[:steps])
+        generated, steps = search_tensors(decoder, encoder_tokens, GreedyChoice(), max_new_tokens)
+        output_ids = generated[:, :steps]
         output_ids = tf.where(tf.equal(output_ids, END_ID), PAD_ID, output_ids)
         translations = module.tokenizer.detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
         empty = tf.equal(tf.strings.strip(texts), "")

@@ -17,6 +17,15 @@ from keras_transformer.layers import DecoderLayer
 from keras_transformer.layers import EncoderLayer
 from keras_transformer.layers import PaddingMask
 from keras_transformer.layers import PositionalEmbedding
+from keras_transformer.model_parts import DECODER_TOKENS
+from keras_transformer.model_parts import ENCODER_TOKENS
+from keras_transformer.model_parts import LOGITS
+from keras_transformer.model_parts import OUTPUT_PROJECTION
+from keras_transformer.model_parts import embedding_dropout_name
+from keras_transformer.model_parts import embedding_name
+from keras_transformer.model_parts import final_norm_name
+from keras_transformer.model_parts import layer_name
+from keras_transformer.model_parts import padding_mask_name
 
 
 def _token_input(name):
@@ -25,10 +34,10 @@ def _token_input(name):
 
 def _embed(tokens, vocabulary_size, d_model, max_length, dropout, embedding, name):
     layer = PositionalEmbedding(
-        vocabulary_size, d_model, max_length, name=f"{name}_embedding", **embedding
+        vocabulary_size, d_model, max_length, name=embedding_name(name), **embedding
     )
     x = layer(tokens)
-    return layer, keras.layers.Dropout(dropout, name=f"{name}_embedding_dropout")(x)
+    return layer, keras.layers.Dropout(dropout, name=embedding_dropout_name(name))(x)
 
 
 def _final_norm(x, layer_options, name):
@@ -36,7 +45,7 @@ def _final_norm(x, layer_options, name):
     if not layer_options.get("norm_first", False):
         return x
     epsilon = layer_options.get("layer_norm_epsilon", 1e-5)
-    return keras.layers.LayerNormalization(epsilon=epsilon, name=f"{name}_final_norm")(x)
+    return keras.layers.LayerNormalization(epsilon=epsilon, name=final_norm_name(name))(x)
 
 
 def _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options):
@@ -44,12 +53,12 @@ def _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options):
 
 
 def _encode(tokens, vocabulary_size, num_layers, arguments, max_length, embedding, name):
-    mask = PaddingMask(name=f"{name}_padding_mask")(tokens)
+    mask = PaddingMask(name=padding_mask_name(name))(tokens)
     _, x = _embed(
         tokens, vocabulary_size, arguments["d_model"], max_length, arguments["dropout"], embedding, name
     )
     for i in range(num_layers):
-        x = EncoderLayer(name=f"{name}_layer_{i}", **arguments)(x, mask=mask)
+        x = EncoderLayer(name=layer_name(name, i), **arguments)(x, mask=mask)
     return _final_norm(x, arguments, name), mask
 
 
@@ -57,9 +66,9 @@ def _logits(x, vocabulary_size, embedding_layer, tie_embeddings):
     if tie_embeddings:
         logits = embedding_layer.project_to_vocabulary(x)
     else:
-        logits = keras.layers.Dense(vocabulary_size, name="output_projection")(x)
+        logits = keras.layers.Dense(vocabulary_size, name=OUTPUT_PROJECTION)(x)
     # Softmax and the loss want float32 logits under mixed precision.
-    return keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+    return keras.layers.Activation("linear", dtype="float32", name=LOGITS)(logits)
 
 
 def _embedding_options(embedding_scale, positions, merge, position_dim):
@@ -127,22 +136,22 @@ def transformer(
     """
     embedding = _embedding_options(embedding_scale, positions, merge, position_dim)
     arguments = _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options)
-    encoder_tokens = _token_input("encoder_tokens")
-    decoder_tokens = _token_input("decoder_tokens")
+    encoder_tokens = _token_input(ENCODER_TOKENS)
+    decoder_tokens = _token_input(DECODER_TOKENS)
     encoder_outputs, encoder_mask = _encode(
         encoder_tokens, source_vocabulary_size, num_layers, arguments, max_length, embedding, "encoder"
     )
-    decoder_mask = PaddingMask(name="decoder_padding_mask")(decoder_tokens)
+    decoder_mask = PaddingMask(name=padding_mask_name("decoder"))(decoder_tokens)
     decoder_embedding, x = _embed(
         decoder_tokens, target_vocabulary_size, d_model, max_length, dropout, embedding, "decoder"
     )
     for i in range(num_layers if num_decoder_layers is None else num_decoder_layers):
-        x = DecoderLayer(name=f"decoder_layer_{i}", **arguments)(
+        x = DecoderLayer(name=layer_name("decoder", i), **arguments)(
             x, encoder_outputs, mask=decoder_mask, encoder_mask=encoder_mask
         )
     x = _final_norm(x, arguments, "decoder")
     logits = _logits(x, target_vocabulary_size, decoder_embedding, tie_embeddings)
-    inputs = {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}
+    inputs = {ENCODER_TOKENS: encoder_tokens, DECODER_TOKENS: decoder_tokens}
     return keras.Model(inputs, logits, name=name)
 
 
@@ -191,7 +200,7 @@ def encoder_classifier(
     x, mask = _encode(tokens, vocabulary_size, num_layers, arguments, max_length, embedding, "encoder")
     pooled = keras.layers.GlobalAveragePooling1D(name="masked_mean")(x, mask=mask)
     logits = keras.layers.Dense(num_classes, name="classifier")(pooled)
-    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+    logits = keras.layers.Activation("linear", dtype="float32", name=LOGITS)(logits)
     return keras.Model(tokens, logits, name=name)
 
 
@@ -239,10 +248,10 @@ def language_model(
     embedding = _embedding_options(embedding_scale, positions, merge, position_dim)
     arguments = _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options)
     tokens = _token_input("tokens")
-    mask = PaddingMask(name="padding_mask")(tokens)
+    mask = PaddingMask(name=padding_mask_name(None))(tokens)
     embedding_layer, x = _embed(tokens, vocabulary_size, d_model, max_length, dropout, embedding, "decoder")
     for i in range(num_layers):
-        x = DecoderLayer(name=f"decoder_layer_{i}", **arguments)(x, mask=mask)
+        x = DecoderLayer(name=layer_name("decoder", i), **arguments)(x, mask=mask)
     x = _final_norm(x, arguments, "decoder")
     logits = _logits(x, vocabulary_size, embedding_layer, tie_embeddings)
     return keras.Model(tokens, logits, name=name)

@@ -15,8 +15,9 @@ from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.data.special_tokens import UNK_ID
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
-from keras_transformer.decoding import check_transformer_model
-from keras_transformer.decoding import greedy_search_on_device
+from keras_transformer.decoding import greedy_search
+from keras_transformer.decoding.sampler import compiles_loop
+from keras_transformer.model_parts import transformer_parts
 
 # With `jit_compile`, sources are padded to a multiple of this many tokens,
 # so the compiled decoder is traced once per bucket, not once per length.
@@ -48,12 +49,12 @@ class Translator:
         length_penalty: float, beam search's alpha. Defaults to 0.6.
         max_new_tokens: int, longest translation in tokens. Defaults to the
             model's `max_length - 1`.
-        jit_compile: compile decoding with XLA (JAX, TensorFlow): greedy
-            search becomes one compiled program per batch size and source
-            bucket (sources are padded to a multiple of 16 tokens), beam
-            search compiles its step. Pays off when translating many
-            batches; the first batch of each shape pays the compilation.
-            Defaults to False.
+        jit_compile: compile decoding with XLA on TensorFlow (on JAX the
+            loop is always compiled; torch runs it eagerly): greedy and beam
+            search become one compiled program per batch size and source
+            bucket (sources are padded to a multiple of 16 tokens). Pays off
+            when translating many batches; the first batch of each shape
+            pays the compilation. Defaults to False.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
@@ -147,7 +148,7 @@ class Translator:
                 "--output folder of the training run."
             )
         model = run_folder.load_model(model_path)
-        check_transformer_model(model, what=f"The model in {model_path!r}")
+        transformer_parts(model, what=f"The model in {model_path!r}")
         try:
             tokenizer = SentencePieceTokenizer(vocabulary_path)
         except ValueError as error:
@@ -167,7 +168,7 @@ class Translator:
                 stacklevel=3,
             )
         width = max(1, max(min(len(row), self.max_length) for row in ids))
-        if self.decoder.jit_compile:
+        if compiles_loop(self.decoder):
             width = min(self.max_length, -(-width // SOURCE_BUCKET) * SOURCE_BUCKET)
         batch = np.zeros((len(ids), width), "int32")
         for i, row in enumerate(ids):
@@ -243,7 +244,7 @@ class Translator:
         if todo:
             source = self._source_tokens([texts[i] for i in todo])
             if self.beam_width == 1:
-                generated = greedy_search_on_device(self.decoder, source, self.max_new_tokens)
+                generated = greedy_search(self.decoder, source, self.max_new_tokens)
             else:
                 generated = beam_search(
                     self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens

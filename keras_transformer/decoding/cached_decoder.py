@@ -1,0 +1,155 @@
+"""One target position at a time on a key/value cache: `CachedDecoder`.
+
+The source is encoded once; each step embeds the new token at its position,
+runs every `DecoderLayer.decode_step` against its cache and projects to
+logits. Earlier positions are never recomputed.
+"""
+
+import typing
+
+import keras
+from keras import ops
+
+from keras_transformer.decoding.checks import check_encoder_tokens
+from keras_transformer.decoding.sampler import compile_function
+from keras_transformer.layers.input_checks import is_concrete
+from keras_transformer.model_parts import ENCODER_TOKENS
+from keras_transformer.model_parts import transformer_parts
+
+
+class DecoderState(typing.NamedTuple):
+    """What one batch of cached decoding carries from step to step.
+
+    A named tuple, so that `keras.ops.while_loop` carries it on every
+    backend.
+
+    Attributes:
+        caches: one self-attention cache per decoder layer, each
+            `(batch, 2, max_length, num_heads, key_dim)`.
+        cross_caches: one read-only cross-attention cache per decoder layer.
+        encoder_mask: bool `(batch, source_length)`.
+    """
+
+    caches: list
+    cross_caches: list
+    encoder_mask: object
+
+
+class CachedDecoder:
+    """Runs a `transformer()` model one target position at a time on a KV cache.
+
+    Args:
+        model: a model from `keras_transformer.models.transformer`.
+        max_length: the longest target (cache size). Defaults to the
+            model's positional `max_length`.
+        jit_compile: compile with XLA (`jax.jit` on JAX,
+            `tf.function(jit_compile=True)` on TensorFlow; torch runs eagerly
+            either way): both `next_logits` and the decoding loops of
+            `greedy_search` and `beam_search`. The cache has a fixed shape
+            and the position is a tensor, so a step compiles once per batch
+            size. Defaults to False.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.data.special_tokens import START_ID
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> decoder = CachedDecoder(model)
+    >>> state = decoder.start(np.array([[5, 6, 7, 0]]))
+    >>> logits, state = decoder.next_logits(np.array([[START_ID]]), 0, state)
+    >>> tuple(logits.shape)
+    (1, 20)
+    """
+
+    def __init__(self, model, max_length=None, jit_compile=False):
+        parts = transformer_parts(model)
+        self.model = model
+        self.embedding = parts.decoder_embedding
+        self.source_vocabulary_size = parts.encoder_embedding.vocabulary_size
+        self.source_max_length = parts.encoder_embedding.max_length
+        self.decoder_layers = parts.decoder_layers
+        self.final_norm = parts.decoder_final_norm
+        self.output_projection = parts.output_projection
+        self.max_length = max_length or self.embedding.max_length
+        self.encoder = keras.Model(
+            model.input[ENCODER_TOKENS],
+            [parts.encoder_output.output, parts.encoder_padding_mask.output],
+            name="encoder",
+        )
+        self.jit_compile = jit_compile
+        self._step = compile_function(self._step_tensors) if jit_compile else self._step_tensors
+
+    def start(self, encoder_tokens):
+        """Encodes the source once and returns the initial `DecoderState`.
+
+        Args:
+            encoder_tokens: int `(batch, source_length)`, padded with 0;
+                checked by `check_encoder_tokens` unless it is a traced
+                tensor (inside a compiled loop or the SavedModel export).
+
+        Returns:
+            A `DecoderState` with empty self-attention caches.
+        """
+        if not ops.is_tensor(encoder_tokens) or is_concrete(encoder_tokens):
+            encoder_tokens = check_encoder_tokens(encoder_tokens, self, "CachedDecoder.start")
+        encoder_outputs, encoder_mask = self.encoder(ops.convert_to_tensor(encoder_tokens, "int32"))
+        batch = ops.shape(encoder_outputs)[0]
+        first = self.decoder_layers[0]
+        shape = (batch, 2, self.max_length, first.num_heads, first.key_dim)
+        return DecoderState(
+            caches=[ops.zeros(shape, dtype=encoder_outputs.dtype) for _ in self.decoder_layers],
+            cross_caches=[layer.cross_attention_cache(encoder_outputs) for layer in self.decoder_layers],
+            encoder_mask=encoder_mask,
+        )
+
+    def next_logits(self, tokens, index, state):
+        """Logits for the position after `tokens` (the token at `index`).
+
+        Args:
+            tokens: int `(batch, 1)`, the token at position `index`.
+            index: int, its position.
+            state: `DecoderState`.
+
+        Returns:
+            `(logits, state)`: float32 `(batch, vocabulary)` and the state
+            with the caches updated.
+        """
+        tokens = ops.convert_to_tensor(tokens, "int32")
+        index = ops.convert_to_tensor(index, "int32")
+        logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
+        return logits, state._replace(caches=list(caches))
+
+    def reorder(self, state, rows):
+        """The state of the rows `rows` (beam search's surviving hypotheses).
+
+        Only the self-attention caches move: beam search keeps each row in
+        its source's group, whose cross-attention caches and mask are the
+        same.
+
+        Args:
+            state: `DecoderState`.
+            rows: int `(batch,)`, for each row the row it continues.
+
+        Returns:
+            The reordered `DecoderState`.
+        """
+        return state._replace(caches=[ops.take(cache, rows, axis=0) for cache in state.caches])
+
+    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask):
+        """`next_logits` on plain tensors and lists, so XLA can compile it."""
+        x = self.embedding(tokens, start_index=index)
+        updated = []
+        for layer, cache, cross_cache in zip(self.decoder_layers, caches, cross_caches):
+            x, cache = layer.decode_step(
+                x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask
+            )
+            updated.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.output_projection is None:
+            logits = self.embedding.project_to_vocabulary(x)
+        else:
+            logits = self.output_projection(x)
+        return ops.cast(logits[:, -1], "float32"), updated

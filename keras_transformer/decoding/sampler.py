@@ -1,0 +1,286 @@
+"""The one decoding loop: a `keras.ops.while_loop` over a decoder's steps.
+
+Greedy and beam search differ only in a *choice*: the object that picks the
+next tokens from one step's logits. The loop, the stopping rule, the tokens
+a decoder may never emit, the bookkeeping of finished rows and the
+reordering of the caches for beams are written once, here, in `keras.ops`,
+so the same loop runs eagerly, compiled by XLA, and inside the SavedModel
+export's `tf.function`.
+
+A decoder is any object with `start(encoder_tokens) -> state`,
+`next_logits(tokens, index, state) -> (logits, state)` and, for beams,
+`reorder(state, rows) -> state`, where `state` is a structure of tensors
+(`CachedDecoder`, `UncachedDecoder`).
+"""
+
+import dataclasses
+import functools
+import weakref
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import START_ID
+
+# A generated PAD_ID would be masked as padding when the prefix is re-read,
+# and START_ID only opens a sequence.
+FORBIDDEN_TOKEN_IDS = (PAD_ID, START_ID)
+
+
+def compile_function(function):
+    """`function` compiled by XLA on JAX and TensorFlow; unchanged on torch.
+
+    Decoding runs outside `model.fit`, so it gets no compilation unless
+    asked; this is the one place that asks.
+
+    Args:
+        function: a function of tensors (and structures of tensors).
+
+    Returns:
+        The compiled function (`jax.jit` or `tf.function(jit_compile=True,
+        reduce_retracing=True)`), or `function` itself on torch.
+
+    Example:
+
+    >>> double = compile_function(lambda x: x * 2)
+    >>> float(keras.ops.convert_to_numpy(double(keras.ops.ones(()))))
+    2.0
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=True, reduce_retracing=True)
+    return function
+
+
+def mask_forbidden_tokens(logits):
+    """`logits` with the tokens a decoder must never emit set to `-inf`.
+
+    Args:
+        logits: float `(rows, vocabulary)`.
+
+    Returns:
+        The logits with `FORBIDDEN_TOKEN_IDS` (padding, start) at `-inf`.
+
+    Example:
+
+    >>> row = mask_forbidden_tokens(keras.ops.zeros((1, 5)))  # PAD_ID 0, START_ID 2
+    >>> keras.ops.convert_to_numpy(row).tolist()
+    [[-inf, 0.0, -inf, 0.0, 0.0]]
+    """
+    forbidden = np.isin(np.arange(logits.shape[-1]), FORBIDDEN_TOKEN_IDS)
+    return ops.where(ops.convert_to_tensor(forbidden)[None, :], float("-inf"), logits)
+
+
+@dataclasses.dataclass(frozen=True)
+class GreedyChoice:
+    """Picks each row's most likely next token (argmax; ties go to the lower id).
+
+    Example:
+
+    >>> tokens, _, _ = GreedyChoice().choose(keras.ops.eye(3), None, ())
+    >>> keras.ops.convert_to_numpy(tokens).tolist()
+    [0, 1, 2]
+    """
+
+    width = 1
+
+    def initial_state(self, rows):
+        """What the choice carries from step to step: nothing."""
+        return ()
+
+    def choose(self, logits, finished, state):
+        """`(next_tokens (rows,), None, state)`: no row changes place."""
+        return ops.cast(ops.argmax(logits, axis=-1), "int32"), None, state
+
+    def best(self, generated, state):
+        """The sequences to return: every row's own."""
+        return generated
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamChoice:
+    """Keeps the `width` best hypotheses per source, by total log-probability.
+
+    A finished hypothesis continues with padding only, at no cost. At the
+    end each source's best hypothesis is the one with the highest
+    log-probability divided by `((5 + length) / 6) ** length_penalty`
+    (Wu et al., 2016, as the paper's beam search), where `length` counts
+    the tokens up to and with `END_ID`. Rows come in groups of `width`, one
+    group per source; a choice never moves a row out of its group.
+
+    Args:
+        width: int, hypotheses per source.
+        length_penalty: float alpha; 0 ranks by raw log-probability.
+
+    Example:
+
+    >>> beam = BeamChoice(width=2, length_penalty=0.6)
+    >>> scores, lengths = beam.initial_state(2)
+    >>> keras.ops.convert_to_numpy(scores).tolist()
+    [0.0, -inf]
+    """
+
+    width: int = 4
+    length_penalty: float = 0.6
+
+    def initial_state(self, rows):
+        """`(scores, lengths)`, float32 `(rows,)`: only each group's first row is live."""
+        first = ops.equal(ops.mod(ops.arange(rows, dtype="int32"), self.width), 0)
+        return ops.where(first, 0.0, float("-inf")), ops.zeros((rows,), "float32")
+
+    def choose(self, logits, finished, state):
+        """The `width` best continuations of each group, and the rows they extend."""
+        scores, lengths = state
+        vocabulary = logits.shape[-1]
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        only_padding = ops.where(ops.equal(ops.arange(vocabulary), PAD_ID), 0.0, float("-inf"))
+        log_probs = ops.where(finished[:, None], only_padding[None, :], log_probs)
+        candidates = ops.reshape(scores[:, None] + log_probs, (-1, self.width * vocabulary))
+        top_scores, top = ops.top_k(candidates, self.width)
+        top = ops.cast(top, "int32")
+        groups = ops.shape(candidates)[0]
+        group_start = ops.arange(groups, dtype="int32")[:, None] * self.width
+        parents = ops.reshape(group_start + ops.floor_divide(top, vocabulary), (-1,))
+        grew = ops.cast(ops.logical_not(ops.take(finished, parents, axis=0)), "float32")
+        lengths = ops.take(lengths, parents, axis=0) + grew
+        next_tokens = ops.reshape(ops.mod(top, vocabulary), (-1,))
+        return next_tokens, parents, (ops.reshape(top_scores, (-1,)), lengths)
+
+    def best(self, generated, state):
+        """Each group's best row by length-normalized score."""
+        scores, lengths = state
+        penalty = ops.power((5.0 + lengths) / 6.0, self.length_penalty)
+        normalized = ops.reshape(scores / penalty, (-1, self.width))
+        best = ops.cast(ops.argmax(normalized, axis=-1), "int32")
+        rows = ops.arange(ops.shape(normalized)[0], dtype="int32") * self.width + best
+        return ops.take(generated, rows, axis=0)
+
+
+def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True):
+    """The decoding loop on tensors: what `run_search` runs, and the export traces.
+
+    Args:
+        decoder: a `CachedDecoder` (or an object with its interface).
+        encoder_tokens: int tensor `(batch, source_length)`, padded with 0.
+        choice: `GreedyChoice()` or a `BeamChoice`.
+        max_new_tokens: int, the most tokens to generate.
+        stop_at_end: stop a row at `END_ID` (then it is padded with 0), and
+            the loop when every row has stopped; False generates exactly
+            `max_new_tokens` (for benchmarks).
+
+    Returns:
+        `(generated, steps)`: int32 `(batch, max_new_tokens)`, of which the
+        first `steps` (an int32 scalar tensor) columns were generated.
+    """
+    if choice.width > 1:
+        encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
+    decoder_state = decoder.start(encoder_tokens)
+    rows = ops.shape(encoder_tokens)[0]
+    columns = ops.arange(max_new_tokens, dtype="int32")
+
+    def keep_going(index, tokens, finished, generated, decoder_state, choice_state):
+        going = ops.less(index, max_new_tokens)
+        if stop_at_end:
+            going = ops.logical_and(going, ops.logical_not(ops.all(finished)))
+        return going
+
+    def step(index, tokens, finished, generated, decoder_state, choice_state):
+        logits, decoder_state = decoder.next_logits(tokens, index, decoder_state)
+        next_tokens, parents, choice_state = choice.choose(mask_forbidden_tokens(logits), finished, choice_state)
+        if parents is not None:
+            generated = ops.take(generated, parents, axis=0)
+            finished = ops.take(finished, parents, axis=0)
+            decoder_state = decoder.reorder(decoder_state, parents)
+        next_tokens = ops.where(finished, PAD_ID, next_tokens)
+        generated = ops.where(ops.equal(columns[None, :], index), next_tokens[:, None], generated)
+        if stop_at_end:
+            finished = ops.logical_or(finished, ops.equal(next_tokens, END_ID))
+        return index + 1, next_tokens[:, None], finished, generated, decoder_state, choice_state
+
+    steps, _, _, generated, _, choice_state = ops.while_loop(
+        keep_going,
+        step,
+        (
+            ops.convert_to_tensor(0, "int32"),
+            ops.full((rows, 1), START_ID, "int32"),
+            ops.zeros((rows,), "bool"),
+            ops.zeros((rows, max_new_tokens), "int32"),
+            decoder_state,
+            choice.initial_state(rows),
+        ),
+    )
+    return choice.best(generated, choice_state), steps
+
+
+# The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end);
+# jax.jit and tf.function retrace them per batch size and source length.
+_compiled_loops = weakref.WeakKeyDictionary()
+
+
+def compiles_loop(decoder):
+    """Whether `run_search` compiles its loop for `decoder`.
+
+    True when the decoder was built with `jit_compile=True`, and always on
+    JAX: there `lax.while_loop` compiles its body whatever is asked, so
+    compiling the whole loop once, and keeping it, saves compiling it again
+    on every call.
+
+    Example:
+
+    >>> compiles_loop(object()) == (keras.backend.backend() == "jax")
+    True
+    """
+    return bool(getattr(decoder, "jit_compile", False)) or keras.backend.backend() == "jax"
+
+
+def _loop(decoder, choice, max_new_tokens, stop_at_end):
+    run = functools.partial(
+        search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end
+    )
+    if not compiles_loop(decoder):
+        return run
+    loops = _compiled_loops.setdefault(decoder, {})
+    key = (choice, max_new_tokens, stop_at_end)
+    if key not in loops:
+        loops[key] = compile_function(run)
+    return loops[key]
+
+
+def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True):
+    """Runs the decoding loop on a batch and copies the tokens to the host once.
+
+    The loop is compiled (and the compiled loop kept) when `decoder` was
+    built with `jit_compile=True`, and always on JAX; on torch it runs
+    eagerly. Arguments are not checked here: `greedy_search` and
+    `beam_search` check them.
+
+    Args:
+        decoder, choice, max_new_tokens, stop_at_end: as `search_tensors`.
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+
+    Returns:
+        int NumPy `(batch, steps)` of generated tokens, without the start
+        token; finished rows end with `END_ID` and are padded with 0.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> run_search(CachedDecoder(model), np.array([[5, 6, 0]]), GreedyChoice(),
+    ...            max_new_tokens=4, stop_at_end=False).shape
+    (1, 4)
+    """
+    loop = _loop(decoder, choice, max_new_tokens, stop_at_end)
+    generated, steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+    return ops.convert_to_numpy(generated)[:, : int(ops.convert_to_numpy(steps))]

@@ -1,0 +1,132 @@
+"""Greedy and beam search: checked entry points to the one decoding loop."""
+
+from keras_transformer.decoding.checks import check_decoder
+from keras_transformer.decoding.checks import check_encoder_tokens
+from keras_transformer.decoding.checks import check_int
+from keras_transformer.decoding.checks import check_max_new_tokens
+from keras_transformer.decoding.sampler import BeamChoice
+from keras_transformer.decoding.sampler import GreedyChoice
+from keras_transformer.decoding.sampler import run_search
+from keras_transformer.decoding.uncached_decoder import UncachedDecoder
+
+
+def _checked(owner, decoder, encoder_tokens, max_new_tokens):
+    check_decoder(decoder, owner)
+    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, owner)
+    max_new_tokens = max_new_tokens or decoder.max_length - 1
+    check_max_new_tokens(max_new_tokens, decoder.max_length)
+    return encoder_tokens, max_new_tokens
+
+
+def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True):
+    """Greedy decoding on the KV cache, batched, in one loop on the device.
+
+    The tokens are copied to the host once, at the end. With a decoder
+    built with `jit_compile=True` (and always on JAX) the whole loop,
+    encoder included, is one compiled program, kept per
+    `(max_new_tokens, stop_at_end)` and retraced per batch size and source
+    length.
+
+    Args:
+        decoder: a `CachedDecoder` (or `UncachedDecoder`).
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+        max_new_tokens: tokens to generate at most. Defaults to the cache
+            size minus one.
+        stop_at_end: stop a sequence at `END_ID` (then it is padded with 0);
+            False generates exactly `max_new_tokens` (for benchmarks).
+
+    Returns:
+        int NumPy `(batch, steps)` of generated tokens, without the start
+        token; finished sequences end with `END_ID` and are padded with 0.
+
+    Raises:
+        TypeError: `decoder` is not a `CachedDecoder`, or ids or
+            `max_new_tokens` are not ints.
+        ValueError: `encoder_tokens` fails `check_encoder_tokens`, or
+            `max_new_tokens` does not fit the cache.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> greedy_search(CachedDecoder(model), np.array([[5, 6, 0]]),
+    ...               max_new_tokens=4).shape[0]
+    1
+    """
+    encoder_tokens, max_new_tokens = _checked("greedy_search", decoder, encoder_tokens, max_new_tokens)
+    return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end)
+
+
+def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_new_tokens=None):
+    """Beam search on the KV cache, batched, with a length penalty.
+
+    The same loop as `greedy_search`, with a `BeamChoice`: `beam_width`
+    hypotheses per source, on the device. With `beam_width=1` this is greedy
+    search.
+
+    Args:
+        decoder: a `CachedDecoder`.
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+        beam_width: int >= 1. Defaults to 4.
+        length_penalty: float alpha; 0 ranks by raw log-probability.
+        max_new_tokens: as in `greedy_search`.
+
+    Returns:
+        int NumPy `(batch, steps)`, as `greedy_search`.
+
+    Raises:
+        TypeError, ValueError: as `greedy_search`, and for a `beam_width`
+            that is not an int >= 1.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> decoder = CachedDecoder(model)
+    >>> source = np.array([[5, 6, 0], [7, 0, 0]])
+    >>> bool((beam_search(decoder, source, beam_width=1, max_new_tokens=5)
+    ...       == greedy_search(decoder, source, max_new_tokens=5)).all())
+    True
+    """
+    check_decoder(decoder, "beam_search")
+    check_int("beam_search", "beam_width", beam_width, 1)
+    encoder_tokens, max_new_tokens = _checked("beam_search", decoder, encoder_tokens, max_new_tokens)
+    choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
+    return run_search(decoder, encoder_tokens, choice, max_new_tokens)
+
+
+def greedy_search_uncached(model, encoder_tokens, max_new_tokens, stop_at_end=True, jit_compile=False):
+    """Greedy search that re-runs the whole model on the prefix each step.
+
+    `greedy_search` on an `UncachedDecoder` sized for `max_new_tokens`:
+    the reference that cached decoding must match token for token, and the
+    speed baseline. A compiled loop belongs to its decoder, so to time
+    repeated calls build one `UncachedDecoder` and call `greedy_search`.
+
+    Args:
+        model: a `transformer()` model.
+        encoder_tokens: int `(batch, source_length)`.
+        max_new_tokens: tokens to generate at most.
+        stop_at_end: as in `greedy_search`.
+        jit_compile: compile the loop, as `CachedDecoder`.
+
+    Returns:
+        int NumPy `(batch, steps)`, as `greedy_search`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> greedy_search_uncached(model, np.array([[5, 6, 0]]), 3, stop_at_end=False).shape
+    (1, 3)
+    """
+    decoder = UncachedDecoder(model, max_length=max_new_tokens + 1, jit_compile=jit_compile)
+    return greedy_search(decoder, encoder_tokens, max_new_tokens, stop_at_end)
