@@ -1,7 +1,7 @@
 """Transformer layers, written with `keras.ops` only: every backend works."""
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.attention import merge_attention_masks
+from keras_transformer.layers.attention_kernel import merge_attention_masks
 from keras_transformer.layers.decoder import DecoderLayer
 from keras_transformer.layers.encoder import EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward

@@ -1,157 +1,22 @@
 """Multi-head attention with per-projection initializers and a KV cache."""
 
-import math
-
 import keras
 from keras import ops
 
 from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
 from keras_transformer.initializers import FusedQKV
 from keras_transformer.initializers import with_seed_offset
-from keras_transformer.layers import input_checks
-
-_LOGIT_SCALES = ("sqrt", "linear")
-# Finite, so a fully masked row gives a uniform softmax instead of NaN; the
-# layer then zeroes such rows explicitly.
-_MASKED_LOGIT = -1e9
-
-
-def get_qkv_initializer(identifier):
-    """Resolves a fused-QKV initializer argument: None, "fairseq" or any initializer."""
-    if identifier is None or identifier == "fairseq":
-        return identifier
-    return keras.initializers.get(identifier)
-
-
-def serialize_qkv_initializer(initializer):
-    """Inverse of `get_qkv_initializer`, for `get_config`."""
-    if initializer is None or initializer == "fairseq":
-        return initializer
-    return keras.initializers.serialize(initializer)
-
-
-def fused_kernel_is_wrong(query_length, key_length):
-    """True where the backend's fused kernel is known to be wrong with a mask.
-
-    cuDNN's fused attention (JAX on NVIDIA GPUs) returns NaN gradients when
-    a mask tensor is passed and a sequence length is 64 mod 128: measured on
-    an H100 with JAX 0.11 by `python -m benchmarks.gpu_check` (see
-    benchmarks/README.md). `MultiHeadAttention` takes its explicit path there.
-
-    Args:
-        query_length, key_length: int (static), or None when unknown.
-
-    Returns:
-        bool.
-
-    Example:
-
-    >>> fused_kernel_is_wrong(72, 72)
-    False
-    """
-    if keras.backend.backend() != "jax":
-        return False
-    return any(isinstance(n, int) and n % 128 == 64 for n in (query_length, key_length))
-
-
-def _logit_scale_value(logit_scale, key_dim):
-    if logit_scale == "sqrt":
-        return 1.0 / math.sqrt(key_dim)
-    if logit_scale == "linear":
-        return 1.0 / key_dim
-    return float(logit_scale)
-
-
-def _resolve_alias(name, value, keras_name, keras_value, default, kind):
-    """One value from an argument and its Keras alias; refuses two that differ."""
-    if keras_value is None:
-        return default if value is None else value
-    if value is not None and kind(value) != kind(keras_value):
-        raise ValueError(
-            f"MultiHeadAttention got {name}={value!r} and {keras_name}="
-            f"{keras_value!r}; `{keras_name}` is Keras' name for `{name}`, so "
-            "pass one of them (or equal values)."
-        )
-    return keras_value
-
-
-def _output_shape_width(output_shape):
-    """Keras' `output_shape` (an int or a tuple of one int) as an int, or None."""
-    if output_shape is None:
-        return None
-    width = output_shape
-    if isinstance(output_shape, (tuple, list)) and len(output_shape) == 1:
-        (width,) = output_shape
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(
-            "MultiHeadAttention's output projection maps each position to a "
-            "vector, so `output_shape` must be a positive int or a tuple of "
-            f"one positive int (or use output_dim), got output_shape={output_shape!r}."
-        )
-    return width
-
-
-def merge_attention_masks(
-    query_length,
-    key_length,
-    query_mask=None,
-    key_mask=None,
-    attention_mask=None,
-    use_causal_mask=False,
-    cache_index=None,
-):
-    """Combines padding, explicit and causal masks into one boolean mask.
-
-    Serves training and cached decoding alike: with `cache_index`, query i
-    sits at absolute position `cache_index + i`, so the causal rule is
-    "key j is visible if j <= cache_index + i", and cache slots not yet
-    written (j >= cache_index + query_length) are hidden.
-
-    Args:
-        query_length: number of query positions.
-        key_length: number of key positions.
-        query_mask: bool `(batch, query_length)`, True for real queries.
-        key_mask: bool `(batch, key_length)`, True for real keys.
-        attention_mask: bool `(batch, query_length, key_length)`.
-        use_causal_mask: bool, hide keys after each query.
-        cache_index: int or scalar tensor, position of the first query.
-
-    Returns:
-        Bool tensor broadcastable to `(batch, query_length, key_length)`,
-        True where attention is allowed, or None when nothing is masked.
-
-    Example:
-
-    >>> mask = merge_attention_masks(3, 3, use_causal_mask=True)
-    >>> keras.ops.convert_to_numpy(mask)[0].astype(int).tolist()
-    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
-    """
-    masks = []
-    if query_mask is not None:
-        masks.append(ops.cast(query_mask, "bool")[:, :, None])
-    if key_mask is not None:
-        masks.append(ops.cast(key_mask, "bool")[:, None, :])
-    if attention_mask is not None:
-        masks.append(ops.cast(attention_mask, "bool"))
-    if use_causal_mask or cache_index is not None:
-        offset = 0 if cache_index is None else ops.cast(cache_index, "int32")
-        query_positions = ops.arange(query_length, dtype="int32") + offset
-        key_positions = ops.arange(key_length, dtype="int32")
-        if use_causal_mask:
-            visible = key_positions[None, :] <= query_positions[:, None]
-        else:
-            visible = ops.broadcast_to(
-                key_positions[None, :] < offset + query_length,
-                (query_length, key_length),
-            )
-        masks.append(visible[None, :, :])
-    if not masks:
-        return None
-    merged = masks[0]
-    for mask in masks[1:]:
-        merged = ops.logical_and(merged, mask)
-    return merged
-
+from keras_transformer.layers.attention_arguments import check_arguments
+from keras_transformer.layers.attention_arguments import check_call_inputs
+from keras_transformer.layers.attention_arguments import get_qkv_initializer
+from keras_transformer.layers.attention_arguments import logit_scale_value
+from keras_transformer.layers.attention_arguments import output_shape_width
+from keras_transformer.layers.attention_arguments import resolve_alias
+from keras_transformer.layers.attention_arguments import serialize_qkv_initializer
+from keras_transformer.layers.attention_kernel import explicit_attention
+from keras_transformer.layers.attention_kernel import fused_attention
+from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
+from keras_transformer.layers.attention_kernel import kernel_masks
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -293,11 +158,11 @@ class MultiHeadAttention(keras.layers.Layer):
     ):
         # Keras' names are resolved to this layer's own before the base
         # class sees `kwargs`, so `get_config` only ever holds the latter.
-        attention_dropout = _resolve_alias(
+        attention_dropout = resolve_alias(
             "attention_dropout", attention_dropout, "dropout", dropout, 0.0, float
         )
-        output_dim = _resolve_alias(
-            "output_dim", output_dim, "output_shape", _output_shape_width(output_shape), None, int
+        output_dim = resolve_alias(
+            "output_dim", output_dim, "output_shape", output_shape_width(output_shape), None, int
         )
         kernel_initializer = "glorot_uniform" if kernel_initializer is None else kernel_initializer
         query_initializer = kernel_initializer if query_initializer is None else query_initializer
@@ -305,31 +170,9 @@ class MultiHeadAttention(keras.layers.Layer):
         value_initializer = kernel_initializer if value_initializer is None else value_initializer
         output_initializer = kernel_initializer if output_initializer is None else output_initializer
         super().__init__(**kwargs)
-        for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"MultiHeadAttention needs a positive int {name}, got "
-                    f"{name}={value!r}."
-                )
-        if not (
-            logit_scale in _LOGIT_SCALES or isinstance(logit_scale, (int, float))
-        ):
-            raise ValueError(
-                "logit_scale must be 'sqrt', 'linear' or a float, got "
-                f"logit_scale={logit_scale!r}."
-            )
-        if not 0.0 <= attention_dropout < 1.0:
-            name = "attention_dropout" if dropout is None else "dropout"
-            raise ValueError(
-                f"{name} (attention-weight dropout) must be in [0, 1), got "
-                f"{name}={attention_dropout!r}."
-            )
         value_dim = value_dim or key_dim
-        if fused_qkv and value_dim != key_dim:
-            raise ValueError(
-                "fused_qkv=True needs value_dim == key_dim, got "
-                f"key_dim={key_dim}, value_dim={value_dim}."
-            )
+        check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropout,
+                        "attention_dropout" if dropout is None else "dropout", fused_qkv)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
@@ -358,7 +201,7 @@ class MultiHeadAttention(keras.layers.Layer):
     @property
     def scale(self):
         """The float multiplying the attention logits."""
-        return _logit_scale_value(self.logit_scale, self.key_dim)
+        return logit_scale_value(self.logit_scale, self.key_dim)
 
     def _fused_initializer(self):
         if self.qkv_initializer is None or self.qkv_initializer == "fairseq":
@@ -511,6 +354,36 @@ class MultiHeadAttention(keras.layers.Layer):
         values = self._project(value, value_kernel, value_bias, self.value_dim)
         return ops.stack([keys, values], axis=1)
 
+    def attention_logits(self, query, key=None):
+        """The logits the softmax sees, `logit_scale * q . k` per head, unmasked.
+
+        For diagnostics and tutorials: the layer's own projections (a fused
+        kernel's Q and K slices) and scale, in float32.
+
+        Args:
+            query: `(batch, query_length, query_width)`.
+            key: `(batch, key_length, key_width)`; defaults to `query`
+                (self-attention).
+
+        Returns:
+            float32 `(batch, num_heads, query_length, key_length)`.
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.random.rand(1, 3, 8).astype("float32")
+        >>> _ = mha(x, x)
+        >>> tuple(mha.attention_logits(x).shape)
+        (1, 2, 3, 3)
+        """
+        query = ops.convert_to_tensor(query)
+        key = query if key is None else ops.convert_to_tensor(key)
+        (query_kernel, query_bias), (key_kernel, key_bias), _ = self._qkv_parts()
+        q = self._project(query, query_kernel, query_bias, self.key_dim)
+        k = self._project(key, key_kernel, key_bias, self.key_dim)
+        return ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * self.scale
+
     def call(
         self,
         query,
@@ -533,7 +406,8 @@ class MultiHeadAttention(keras.layers.Layer):
             "attention_mask": attention_mask,
         }
         key = value if key is None else key
-        self._check_inputs(query, value, key, masks, cache)
+        check_call_inputs(f"MultiHeadAttention {self.name!r}", getattr(self, "_input_widths", None),
+                          query, value, key, masks, cache)
         key_mask = value_mask if key_mask is None else key_mask
         read_only_cache = cache is not None and cache_index is None
         if cache is not None:
@@ -546,39 +420,9 @@ class MultiHeadAttention(keras.layers.Layer):
             k, v = cache[:, 0], cache[:, 1]
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
-        # The query padding mask never enters the kernel's mask: a padded
-        # query would be a row with no visible key, which fused kernels have
-        # turned into NaN in some versions, and a NaN at a padded position
-        # reaches every real position of the next layer through its values.
-        # Padded queries attend like real ones and are zeroed afterwards.
-        fast_causal = (
-            use_causal_mask
-            and cache_index is None
-            and key_mask is None
-            and attention_mask is None
+        mask, fast_causal, answered = kernel_masks(
+            query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask, cache_index
         )
-        mask = None
-        if not fast_causal:
-            mask = merge_attention_masks(
-                query_length,
-                key_length,
-                key_mask=key_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-                cache_index=cache_index,
-            )
-        # True for query rows that get an output; the others become zeros.
-        answered = None
-        if mask is not None:
-            has_key = ops.any(mask, axis=-1)
-            # A row with no visible key (an empty source, an explicit mask)
-            # sees every key in the kernel, so it stays finite, and is then
-            # selected away: NaN * 0 would be NaN, `where` is not.
-            mask = ops.logical_or(mask, ops.logical_not(has_key)[..., None])
-            answered = has_key
-        if query_mask is not None:
-            query_mask = ops.cast(query_mask, "bool")
-            answered = query_mask if answered is None else ops.logical_and(answered, query_mask)
         explicit = (
             return_attention_scores
             or self.flash_attention is False
@@ -586,26 +430,11 @@ class MultiHeadAttention(keras.layers.Layer):
             or (mask is not None and fused_kernel_is_wrong(query_length, key_length))
         )
         if explicit:
-            outputs, scores = self._explicit_attention(
-                q, k, v, mask, fast_causal, training
+            outputs, scores = explicit_attention(
+                q, k, v, mask, fast_causal, self.scale, lambda w: self._dropout(w, training=training)
             )
         else:
-            if mask is not None:
-                # cuDNN takes a mask of the full (batch, 1, query, key) shape
-                # only; a broadcastable one makes JAX fall back to XLA.
-                mask = ops.broadcast_to(
-                    mask[:, None, :, :],
-                    (ops.shape(mask)[0], 1, query_length, key_length),
-                )
-            outputs = ops.dot_product_attention(
-                q,
-                k,
-                v,
-                mask=mask,
-                scale=self.scale,
-                is_causal=fast_causal,
-                flash_attention=self.flash_attention,
-            )
+            outputs = fused_attention(q, k, v, mask, fast_causal, self.scale, self.flash_attention)
         if answered is not None:
             answered = ops.broadcast_to(answered, ops.shape(outputs)[:2])
             outputs = ops.where(answered[:, :, None, None], outputs, ops.zeros_like(outputs))
@@ -624,52 +453,6 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
-
-    def _check_inputs(self, query, value, key, masks, cache):
-        """Static shape and dtype checks: clear errors, and still traceable."""
-        owner = f"MultiHeadAttention {self.name!r}"
-        widths = dict(zip(("query", "value", "key"), getattr(self, "_input_widths", (None,) * 3)))
-        for name, x in (("query", query), ("value", value), ("key", key)):
-            input_checks.check_dtype(owner, name, x, "float")
-            input_checks.check_shape(
-                owner, name, x, (("batch", None), ("length", None), ("width", widths[name])),
-                "Pass the width the layer was built with." if widths[name] else "",
-            )
-        batch, query_length = (input_checks.static_shape(query) or (None, None))[:2]
-        key_length = (input_checks.static_shape(key) or (None, None))[1]
-        if cache is not None:  # keys and values come from the cache
-            cache_shape = input_checks.static_shape(cache)
-            key_length = cache_shape[2] if cache_shape and len(cache_shape) == 5 else None
-        else:
-            for name, x in (("value", value), ("key", key)):
-                input_checks.check_shape(
-                    owner, name, x, (("batch", batch), ("key_length", key_length), ("width", None)),
-                    "query, key and value need the same batch size, key and value the "
-                    "same length.",
-                )
-        expected = {
-            "query_mask": (("batch", batch), ("query_length", query_length)),
-            "value_mask": (("batch", batch), ("key_length", key_length)),
-            "key_mask": (("batch", batch), ("key_length", key_length)),
-            "attention_mask": (("batch", batch), ("query_length", query_length), ("key_length", key_length)),
-        }
-        for name, mask in masks.items():
-            if mask is not None:
-                input_checks.check_shape(owner, name, mask, expected[name])
-
-    def _explicit_attention(self, q, k, v, mask, causal, training):
-        logits = ops.einsum("btnh,bsnh->bnts", q, k)
-        logits = ops.cast(logits, "float32") * self.scale
-        if causal:
-            mask = merge_attention_masks(
-                ops.shape(q)[1], ops.shape(k)[1], use_causal_mask=True
-            )
-        if mask is not None:
-            logits = ops.where(mask[:, None, :, :], logits, _MASKED_LOGIT)
-        scores = ops.softmax(logits, axis=-1)
-        weights = self._dropout(scores, training=training)
-        outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(weights, v.dtype), v)
-        return outputs, scores
 
     def compute_mask(self, inputs, mask=None):
         return mask

@@ -279,11 +279,24 @@ class PositionalEmbedding(keras.layers.Layer):
         )
         return ops.concatenate([tokens, encoding], axis=-1)
 
-    def _position_encoding(self, length, start_index):
+    def position_table(self):
+        """Every position's encoding: `(max_length, encoding_dim)`.
+
+        The learned position embeddings as a tensor, or the fixed sinusoids
+        as a float32 NumPy array (the same values every call).
+
+        Example:
+
+        >>> layer = PositionalEmbedding(100, 8, max_length=16)
+        >>> tuple(layer.position_table().shape)
+        (16, 8)
+        """
         if self.positions == "learned":
-            table = ops.convert_to_tensor(self.position_embeddings)
-        else:
-            table = self._sinusoids
+            return ops.convert_to_tensor(self.position_embeddings)
+        return self._sinusoids
+
+    def _position_encoding(self, length, start_index):
+        table = self.position_table()
         if isinstance(start_index, int) and isinstance(length, int):
             return table[start_index : start_index + length]
         table = ops.convert_to_tensor(table)

@@ -3,8 +3,8 @@
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.attention import get_qkv_initializer
-from keras_transformer.layers.attention import serialize_qkv_initializer
+from keras_transformer.layers.attention_arguments import get_qkv_initializer
+from keras_transformer.layers.attention_arguments import serialize_qkv_initializer
 from keras_transformer.layers import input_checks
 from keras_transformer.layers.feed_forward import FeedForward
 

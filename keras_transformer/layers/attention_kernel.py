@@ -1,0 +1,211 @@
+"""The attention kernel between the projections: masks, and which kernel runs.
+
+Which keys each query may see (padding, explicit and causal masks merged);
+what goes into the kernel (rows with no visible key and padded queries are
+answered after it, never inside it); and the two kernels: Keras' fused
+`dot_product_attention` and the explicit softmax path.
+"""
+
+import keras
+from keras import ops
+
+# Finite, so a fully masked row gives a uniform softmax instead of NaN; the
+# layer then zeroes such rows explicitly.
+MASKED_LOGIT = -1e9
+
+
+def fused_kernel_is_wrong(query_length, key_length):
+    """True where the backend's fused kernel is known to be wrong with a mask.
+
+    cuDNN's fused attention (JAX on NVIDIA GPUs) returns NaN gradients when
+    a mask tensor is passed and a sequence length is 64 mod 128: measured on
+    an H100 with JAX 0.11 by `python -m benchmarks.gpu_check` (see
+    benchmarks/README.md). `MultiHeadAttention` takes its explicit path there.
+
+    Args:
+        query_length, key_length: int (static), or None when unknown.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> fused_kernel_is_wrong(72, 72)
+    False
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    return any(isinstance(n, int) and n % 128 == 64 for n in (query_length, key_length))
+
+
+def merge_attention_masks(
+    query_length,
+    key_length,
+    query_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    cache_index=None,
+):
+    """Combines padding, explicit and causal masks into one boolean mask.
+
+    Serves training and cached decoding alike: with `cache_index`, query i
+    sits at absolute position `cache_index + i`, so the causal rule is
+    "key j is visible if j <= cache_index + i", and cache slots not yet
+    written (j >= cache_index + query_length) are hidden.
+
+    Args:
+        query_length: number of query positions.
+        key_length: number of key positions.
+        query_mask: bool `(batch, query_length)`, True for real queries.
+        key_mask: bool `(batch, key_length)`, True for real keys.
+        attention_mask: bool `(batch, query_length, key_length)`.
+        use_causal_mask: bool, hide keys after each query.
+        cache_index: int or scalar tensor, position of the first query.
+
+    Returns:
+        Bool tensor broadcastable to `(batch, query_length, key_length)`,
+        True where attention is allowed, or None when nothing is masked.
+
+    Example:
+
+    >>> mask = merge_attention_masks(3, 3, use_causal_mask=True)
+    >>> keras.ops.convert_to_numpy(mask)[0].astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    masks = []
+    if query_mask is not None:
+        masks.append(ops.cast(query_mask, "bool")[:, :, None])
+    if key_mask is not None:
+        masks.append(ops.cast(key_mask, "bool")[:, None, :])
+    if attention_mask is not None:
+        masks.append(ops.cast(attention_mask, "bool"))
+    if use_causal_mask or cache_index is not None:
+        offset = 0 if cache_index is None else ops.cast(cache_index, "int32")
+        query_positions = ops.arange(query_length, dtype="int32") + offset
+        key_positions = ops.arange(key_length, dtype="int32")
+        if use_causal_mask:
+            visible = key_positions[None, :] <= query_positions[:, None]
+        else:
+            visible = ops.broadcast_to(
+                key_positions[None, :] < offset + query_length,
+                (query_length, key_length),
+            )
+        masks.append(visible[None, :, :])
+    if not masks:
+        return None
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
+    return merged
+
+
+def kernel_masks(query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask,
+                 cache_index):
+    """The mask the attention kernel gets, and the query rows that get an output.
+
+    The query padding mask never enters the kernel's mask: a padded query
+    would be a row with no visible key, which fused kernels have turned into
+    NaN in some versions, and a NaN at a padded position reaches every real
+    position of the next layer through its values. Padded queries attend
+    like real ones and are zeroed afterwards. A row with no visible key (an
+    empty source, an explicit mask) sees every key in the kernel, so it
+    stays finite, and is then selected away: NaN * 0 would be NaN, `where`
+    is not.
+
+    Args:
+        query_length, key_length, query_mask, key_mask, attention_mask,
+        use_causal_mask, cache_index: as `merge_attention_masks`.
+
+    Returns:
+        `(mask, fast_causal, answered)`: the bool kernel mask
+        `(batch, query_length, key_length)` or None; True when the kernel
+        can apply the causal mask itself (`is_causal`) and `mask` is None;
+        bool `(batch, query_length)` of the rows that get an output, or
+        None for all.
+
+    Example:
+
+    >>> mask, fast_causal, answered = kernel_masks(2, 2, None, None, None, True, None)
+    >>> mask is None, fast_causal, answered is None
+    (True, True, True)
+    """
+    fast_causal = use_causal_mask and cache_index is None and key_mask is None and attention_mask is None
+    mask = None
+    if not fast_causal:
+        mask = merge_attention_masks(
+            query_length,
+            key_length,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            cache_index=cache_index,
+        )
+    answered = None
+    if mask is not None:
+        has_key = ops.any(mask, axis=-1)
+        mask = ops.logical_or(mask, ops.logical_not(has_key)[..., None])
+        answered = has_key
+    if query_mask is not None:
+        query_mask = ops.cast(query_mask, "bool")
+        answered = query_mask if answered is None else ops.logical_and(answered, query_mask)
+    return mask, fast_causal, answered
+
+
+def fused_attention(q, k, v, mask, causal, scale, flash_attention):
+    """`keras.ops.dot_product_attention` on projected heads (flash where it can).
+
+    Args:
+        q, k, v: `(batch, length, num_heads, head_dim)`.
+        mask: bool `(batch, query_length, key_length)` or None.
+        causal: bool, let the kernel apply the causal mask itself.
+        scale: float on the logits.
+        flash_attention: as `keras.ops.dot_product_attention`.
+
+    Returns:
+        `(batch, query_length, num_heads, head_dim)`.
+
+    Example:
+
+    >>> x = keras.ops.ones((1, 3, 2, 4))
+    >>> tuple(fused_attention(x, x, x, None, True, 0.5, None).shape)
+    (1, 3, 2, 4)
+    """
+    if mask is not None:
+        # cuDNN takes a mask of the full (batch, 1, query, key) shape only; a
+        # broadcastable one makes JAX fall back to XLA.
+        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        mask = ops.broadcast_to(mask[:, None, :, :], (ops.shape(mask)[0], 1, query_length, key_length))
+    return ops.dot_product_attention(
+        q, k, v, mask=mask, scale=scale, is_causal=causal, flash_attention=flash_attention
+    )
+
+
+def explicit_attention(q, k, v, mask, causal, scale, dropout):
+    """Softmax attention written out, in float32: returns the weights too.
+
+    Args:
+        q, k, v, mask, causal, scale: as `fused_attention`.
+        dropout: a function applied to the attention weights (identity
+            when not training).
+
+    Returns:
+        `(outputs, scores)`: `(batch, query_length, num_heads, head_dim)`
+        and the float32 weights `(batch, num_heads, query_length,
+        key_length)` before dropout.
+
+    Example:
+
+    >>> x = keras.ops.ones((1, 3, 2, 4))
+    >>> _, scores = explicit_attention(x, x, x, None, True, 0.5, lambda w: w)
+    >>> keras.ops.convert_to_numpy(scores)[0, 0, 1].tolist()
+    [0.5, 0.5, 0.0]
+    """
+    logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
+    if causal:
+        mask = merge_attention_masks(ops.shape(q)[1], ops.shape(k)[1], use_causal_mask=True)
+    if mask is not None:
+        logits = ops.where(mask[:, None, :, :], logits, MASKED_LOGIT)
+    scores = ops.softmax(logits, axis=-1)
+    outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(dropout(scores), v.dtype), v)
+    return outputs, scores
