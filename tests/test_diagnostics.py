@@ -117,7 +117,7 @@ def test_embedding_position_ratio_with_unit_token_vectors():
 def test_positional_subspace_energy_is_one_inside_and_zero_outside():
     d_model, rank = 64, 8
     layer = _embedding(d_model)
-    positions = np.asarray(layer._sinusoids, dtype="float64")
+    positions = np.asarray(keras.ops.convert_to_numpy(layer.position_table()), dtype="float64")
     basis = np.linalg.svd(positions, full_matrices=True)[2]
     rng = np.random.default_rng(0)
     inside = rng.normal(size=(d_model, rank)) @ basis[:rank]

@@ -40,7 +40,7 @@ def variants(d_model):
 
 def subspace(layer):
     energy = diagnostics.positional_subspace_energy(layer)
-    positions = np.asarray(layer._sinusoids, dtype="float64")
+    positions = np.asarray(keras.ops.convert_to_numpy(layer.position_table()), dtype="float64")
     tokens = keras.ops.convert_to_numpy(layer.embeddings).astype("float64")
     tokens = tokens - tokens.mean(axis=0)
     rank = energy["rank"]
@@ -58,7 +58,7 @@ def main(argv=None):
     data = ablation.SharedData(settings, folder)
     grid = common.subset(args, variants(settings.d_model))
     energy_rows = []
-    _, model = ablation.build_variant(settings, grid["add"], seed=0)
+    model = ablation.build_variant(settings, grid["add"], seed=0)
     for name in ("encoder_embedding", "decoder_embedding"):
         energy_rows.append({"when": "init", "layer": name, **subspace(model.get_layer(name))})
     keras.backend.clear_session()
