@@ -1,8 +1,8 @@
 """Train model variants with several seeds on the same data; compare them.
 
-A variant is a name and a dict of options: model sizes and
-`TrainConfig.tie_embeddings` go to the training config, everything else to
-`kt.models.transformer` (e.g. `embedding_scale=None`, `merge="concat"`,
+A variant is a name and a dict of options for `trainer.build_translator`:
+model sizes, `tie_embeddings`, and anything `kt.models.transformer` takes
+(e.g. `embedding_scale=None`, `merge="concat"`,
 `position_dim=32`, `logit_scale="linear"`, `norm_first=True`,
 `output_initializer=...`). Every variant and seed trains for the same steps
 on the same tokenized corpus, with the paper's schedule and optimizer, and
@@ -29,7 +29,7 @@ import numpy as np
 from keras_transformer import trainer
 from keras_transformer.train_config import TrainConfig
 
-# Options that belong to the training config rather than to the model.
+# The options the settings give a default for (the variants may change them).
 _CONFIG_OPTIONS = ("num_layers", "d_model", "num_heads", "ff_dim", "tie_embeddings", "dropout")
 
 VARIANTS = {
@@ -193,42 +193,36 @@ class _StepTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def _config(settings, options, seed):
-    sizes = {key: getattr(settings, key) for key in _CONFIG_OPTIONS if key != "tie_embeddings"}
-    sizes.update({key: options[key] for key in _CONFIG_OPTIONS if key in options})
-    return TrainConfig(
-        output=None,
-        preset="tiny",
-        max_length=settings.max_length,
+def _model_arguments(settings, options):
+    arguments = dict(
         vocabulary_size=settings.vocabulary_size,
-        batch_tokens=settings.batch_tokens,
-        epochs=settings.evaluations,
-        steps_per_epoch=settings.eval_every,
+        max_length=settings.max_length,
         warmup_steps=settings.warmup_steps or max(1, settings.steps // 5),
         label_smoothing=0.0,
-        seed=seed,
-        **sizes,
-    ).resolved()
+        tie_embeddings=TrainConfig.tie_embeddings,
+        **{key: getattr(settings, key) for key in _CONFIG_OPTIONS if key != "tie_embeddings"},
+    )
+    arguments.update(options)
+    return arguments
 
 
 def build_variant(settings, options, seed):
     """The compiled, untrained model of one variant and seed.
 
     Returns:
-        `(config, model)`: the variant's resolved `TrainConfig` and model.
+        The compiled `keras.Model`: `trainer.build_translator` with the
+        settings' sizes and the variant's options.
 
     Example:
 
     >>> settings = AblationSettings(d_model=16, num_heads=2, ff_dim=32,
     ...                             num_layers=1, vocabulary_size=100)
-    >>> _, model = build_variant(settings, {"norm_first": True}, seed=0)
+    >>> model = build_variant(settings, {"norm_first": True}, seed=0)
     >>> model.get_layer("encoder_layer_0").norm_first
     True
     """
-    config = _config(settings, options, seed)
-    model_options = {key: value for key, value in options.items() if key not in _CONFIG_OPTIONS}
     keras.utils.set_random_seed(seed)
-    return config, trainer.build_translator(config, **model_options)
+    return trainer.build_translator(**_model_arguments(settings, options))
 
 
 def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, verbose=0):
@@ -250,12 +244,12 @@ def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, ver
         ones, training seconds per step, whether it diverged, and BLEU.
     """
     settings = data.settings
-    config, model = build_variant(settings, options, seed)
+    model = build_variant(settings, options, seed)
     timer = _StepTimer()
     history = model.fit(
         data.dataset(data.train, seed=seed),
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
+        epochs=settings.evaluations,
+        steps_per_epoch=settings.eval_every,
         validation_data=data.dev_data,
         callbacks=[timer, keras.callbacks.TerminateOnNaN(), *callbacks],
         shuffle=False,

@@ -172,6 +172,18 @@ class TrainConfig:
 
         return ParallelCorpus.from_config({key: getattr(self, key) for key in CORPUS_FIELDS})
 
+    def model_arguments(self):
+        """The arguments of `trainer.build_translator` for this run.
+
+        Example:
+
+        >>> sorted(TrainConfig(preset="tiny").resolved().model_arguments())[:3]
+        ['d_model', 'dropout', 'ff_dim']
+        """
+        names = ("vocabulary_size", "num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout",
+                 "tie_embeddings", "warmup_steps", "label_smoothing", "jit_compile", "flash_attention")
+        return {name: getattr(self, name) for name in names}
+
     def resolved(self):
         """A copy with the preset, the hardware defaults and the output folder filled in."""
         preset = self.preset or ("base" if has_accelerator() else "tiny")

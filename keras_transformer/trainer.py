@@ -158,42 +158,67 @@ def _sample_translations(model, tokenizer, pairs, log):
     return {"dev_sample_bleu": result["bleu"], "dev_sample_sentences": len(pairs)}
 
 
-def build_translator(config, **model_options):
-    """The compiled Transformer a `TrainConfig` describes.
+def build_translator(
+    vocabulary_size,
+    *,
+    num_layers,
+    d_model,
+    num_heads,
+    ff_dim,
+    max_length,
+    dropout=0.1,
+    tie_embeddings=True,
+    warmup_steps=4000,
+    label_smoothing=0.1,
+    jit_compile="auto",
+    **model_options,
+):
+    """A compiled Transformer with the paper's optimizer, schedule and loss.
+
+    `TrainConfig.model_arguments()` gives these arguments for a training
+    run; the ablations pass their own.
 
     Args:
-        config: a resolved `TrainConfig`.
+        vocabulary_size: int, shared by source and target.
+        num_layers, d_model, num_heads, ff_dim, max_length, dropout,
+        tie_embeddings: as `kt.models.transformer`.
+        warmup_steps: int, of `TransformerSchedule`.
+        label_smoothing: float, of `MaskedSparseCrossentropy`.
+        jit_compile: as `Model.compile`.
         **model_options: more arguments for `kt.models.transformer`, e.g.
-            `embedding_scale=None` or `norm_first=True` (the ablations use
-            them).
+            `embedding_scale=None`, `norm_first=True` or `flash_attention`.
+
+    Returns:
+        The compiled `keras.Model`.
 
     Example:
 
+    >>> from keras_transformer.train_config import TrainConfig
     >>> config = TrainConfig(preset="tiny", vocabulary_size=100).resolved()
-    >>> build_translator(config).name
+    >>> build_translator(**config.model_arguments()).name
     'transformer'
     """
     from keras_transformer import models
     from keras_transformer import training
 
     model = models.transformer(
-        config.vocabulary_size,
-        config.vocabulary_size,
-        num_layers=config.num_layers,
-        d_model=config.d_model,
-        num_heads=config.num_heads,
-        ff_dim=config.ff_dim,
-        max_length=config.max_length,
-        dropout=config.dropout,
-        tie_embeddings=config.tie_embeddings,
-        **{"flash_attention": config.flash_attention, **model_options},
+        vocabulary_size,
+        vocabulary_size,
+        num_layers=num_layers,
+        d_model=d_model,
+        num_heads=num_heads,
+        ff_dim=ff_dim,
+        max_length=max_length,
+        dropout=dropout,
+        tie_embeddings=tie_embeddings,
+        **model_options,
     )
-    schedule = training.TransformerSchedule(config.d_model, warmup_steps=config.warmup_steps)
+    schedule = training.TransformerSchedule(d_model, warmup_steps=warmup_steps)
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        loss=training.MaskedSparseCrossentropy(label_smoothing=config.label_smoothing),
+        loss=training.MaskedSparseCrossentropy(label_smoothing=label_smoothing),
         metrics=[training.MaskedAccuracy()],
-        jit_compile=config.jit_compile,
+        jit_compile=jit_compile,
     )
     return model
 
@@ -256,7 +281,7 @@ def _train(config, splits, placement, recorded_epochs, start, verbose, log, call
 
     output = config.output
     with placement.scope():
-        model = build_translator(config)
+        model = build_translator(**config.model_arguments())
         run_folder.check_free_space(output, model.count_params())
         epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
     random_states = run_folder.read_progress(output).get("random_states")

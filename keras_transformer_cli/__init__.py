@@ -172,7 +172,7 @@ def _add_train_arguments(parser):
 
 
 def _train(args, out):
-    from keras_transformer.trainer import TrainConfig
+    from keras_transformer.train_config import TrainConfig
     from keras_transformer.trainer import train_translator
 
     options = {k: v for k, v in vars(args).items() if k not in ("command", "overwrite", "handler", "verbose")}

@@ -143,7 +143,7 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_r
     assert json.loads((output / "progress.json").read_text())["epochs_done"] == 2
     assert not (output / "model.keras").exists() and not (output / "summary.json").exists()
     # The backup is the state after epoch 2, finite, not the NaN weights.
-    model = trainer.build_translator(TrainConfig(**RUN).resolved())
+    model = trainer.build_translator(**TrainConfig(**RUN).resolved().model_arguments())
     model.optimizer.build(model.trainable_variables)
     model.load_weights(output / "backup" / "latest.weights.h5")
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 6
@@ -172,7 +172,7 @@ def test_a_backup_cut_between_weights_and_metadata_is_not_trusted(tmp_path, nan_
     shutil.copytree(nan_stopped_run[0], output)
     backup = output / "backup"
     shutil.copyfile(backup / "training_metadata.json.bkp", backup / "training_metadata.json")
-    model = trainer.build_translator(TrainConfig(**RUN).resolved())
+    model = trainer.build_translator(**TrainConfig(**RUN).resolved().model_arguments())
     messages = []
     assert run_folder.restore_point(model, str(output), 3, 2, messages.append) == 1
     assert "holds the state after step 6, but" in messages[0] and "says 1 virtual epochs" in messages[0]
@@ -277,7 +277,7 @@ def test_no_flash_attention_reaches_every_attention_layer_and_keeps_the_outputs(
     outputs = {}
     for flash_attention in (None, False):
         keras.utils.set_random_seed(0)
-        model = trainer.build_translator(dataclasses.replace(config, flash_attention=flash_attention))
+        model = trainer.build_translator(**dataclasses.replace(config, flash_attention=flash_attention).model_arguments())
         attention = [getattr(layer, name) for layer in model.layers
                      for name in ("self_attention", "cross_attention") if hasattr(layer, name)]
         assert attention and all(layer.flash_attention is flash_attention for layer in attention)

@@ -117,7 +117,7 @@ def trained_models(args, folder):
     data_probe["inputs"] = data.probe[0]
     at_init = {}
     for name, options in variants.items():
-        _, model = ablation.build_variant(settings, options, seed=0)
+        model = ablation.build_variant(settings, options, seed=0)
         stats = diagnostics.attention_statistics(model, data.probe[0])
         at_init[name] = {k: float(np.mean([s[k] for s in stats.values()])) for k in ("logit_std", "entropy", "max_weight")}
         keras.backend.clear_session()

@@ -101,7 +101,7 @@ def main(argv=None):
 
     init_rows = []
     for name, options in variants.items():
-        _, model = ablation.build_variant(settings, options, seed=0)
+        model = ablation.build_variant(settings, options, seed=0)
         stats = diagnostics.attention_statistics(model, inputs)
         norms = diagnostics.gradient_norms(model, inputs, labels, loss)
         encoder = layer_gradients(norms, "encoder_layer_")
