@@ -24,6 +24,8 @@ import tensorflow as tf
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
 from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.batch_plan import padded_lengths
+from keras_transformer.data.python_pipeline import check_pairs
+from keras_transformer.data.python_pipeline import truncated_arrays
 from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.data.special_tokens import PAD_ID
 from keras_transformer.data.special_tokens import START_ID
@@ -53,6 +55,25 @@ class TokenizedPairs:
 
     def __len__(self):
         return int(self.sources.nrows())
+
+    @classmethod
+    def from_arrays(cls, arrays):
+        """The same corpus from the NumPy `python_pipeline.TokenizedArrays`.
+
+        Example:
+
+        >>> from keras_transformer.data.python_pipeline import truncated_arrays
+        >>> arrays = truncated_arrays(np.arange(5), np.array([0, 2, 5]),
+        ...                           np.arange(2), np.array([0, 1, 2]), 4)
+        >>> TokenizedPairs.from_arrays(arrays).sources.to_list()
+        [[0, 1], [2, 3, 4]]
+        """
+        return cls(
+            sources=tf.RaggedTensor.from_row_splits(arrays.source_ids, arrays.source_offsets),
+            targets=tf.RaggedTensor.from_row_splits(arrays.target_ids, arrays.target_offsets),
+            max_length=arrays.max_length,
+            num_truncated=arrays.num_truncated,
+        )
 
     def lengths(self):
         """Per-pair length, `max(source length, target length + 1)`, as NumPy."""
@@ -94,28 +115,16 @@ def tokenize_pairs(pairs, tokenizer, max_length):
     >>> tokenized.num_truncated
     1
     """
-    if not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(
-            f"`max_length` must be an int >= 2 (a target needs room for START or "
-            f"END); received max_length={max_length!r}"
-        )
-    pairs = list(pairs)
-    if not pairs:
-        raise ValueError("`pairs` is empty; pass at least one TranslationPair.")
-    sources = _tokenize([pair.source for pair in pairs], tokenizer)
-    targets = _tokenize([pair.target for pair in pairs], tokenizer)
-    truncated = (sources.row_lengths() > max_length) | (
-        targets.row_lengths() + 1 > max_length
-    )
-    return TokenizedPairs(
-        sources=sources[:, :max_length],
-        targets=targets[:, : max_length - 1],
-        max_length=max_length,
-        num_truncated=int(tf.reduce_sum(tf.cast(truncated, "int32"))),
-    )
+    pairs = check_pairs(pairs, max_length)
+    return TokenizedPairs.from_arrays(truncated_arrays(
+        *_tokenize_flat([pair.source for pair in pairs], tokenizer),
+        *_tokenize_flat([pair.target for pair in pairs], tokenizer),
+        max_length,
+    ))
 
 
-def _tokenize(texts, tokenizer):
+def _tokenize_flat(texts, tokenizer):
+    """Every text's ids, one after another, and the offsets: NumPy, as `tokenize_flat`."""
     chunks = []
     for start in range(0, len(texts), _TOKENIZE_CHUNK):
         ids = tokenizer.tokenize(texts[start : start + _TOKENIZE_CHUNK])
@@ -127,7 +136,8 @@ def _tokenize(texts, tokenizer):
             )
             ids = tf.RaggedTensor.from_row_lengths(values, lengths)
         chunks.append(tf.cast(ids, "int32"))
-    return tf.concat(chunks, axis=0)
+    ids = tf.concat(chunks, axis=0)
+    return ids.flat_values.numpy(), ids.row_splits.numpy()
 
 
 def translation_dataset(

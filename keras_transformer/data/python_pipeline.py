@@ -91,26 +91,70 @@ def tokenize_pairs(pairs, tokenizer, max_length):
     >>> tokenized.num_truncated
     1
     """
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(
-            f"`max_length` must be an int >= 2 (a target needs room for START or "
-            f"END); received max_length={max_length!r}"
-        )
     if not hasattr(tokenizer, "tokenize_flat"):
         raise TypeError(
             f"`tokenizer` must be a keras_transformer SentencePieceTokenizer, got "
             f"{type(tokenizer).__name__}; load the vocabulary with "
             "keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
         )
+    pairs = check_pairs(pairs, max_length)
+    return truncated_arrays(
+        *tokenizer.tokenize_flat([pair.source for pair in pairs]),
+        *tokenizer.tokenize_flat([pair.target for pair in pairs]),
+        max_length,
+    )
+
+
+def check_pairs(pairs, max_length):
+    """The argument checks of both `tokenize_pairs`; returns `pairs` as a list.
+
+    Raises:
+        ValueError: `max_length` is not an int >= 2, or `pairs` is empty.
+
+    Example:
+
+    >>> check_pairs([], 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: `pairs` is empty; pass at least one TranslationPair.
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(
+            f"`max_length` must be an int >= 2 (a target needs room for START or "
+            f"END); received max_length={max_length!r}"
+        )
     pairs = list(pairs)
     if not pairs:
         raise ValueError("`pairs` is empty; pass at least one TranslationPair.")
-    source_ids, source_offsets = tokenizer.tokenize_flat([pair.source for pair in pairs])
-    target_ids, target_offsets = tokenizer.tokenize_flat([pair.target for pair in pairs])
+    return pairs
+
+
+def truncated_arrays(source_ids, source_offsets, target_ids, target_offsets, max_length):
+    """A `TokenizedArrays` from flat ids and offsets, truncated to `max_length`.
+
+    Sources keep at most `max_length` ids, targets `max_length - 1` (room
+    for START or END); both `tokenize_pairs` truncate here.
+
+    Args:
+        source_ids, target_ids: int, every text's ids, one after another.
+        source_offsets, target_offsets: int, `num_pairs + 1` offsets.
+        max_length: int >= 2.
+
+    Returns:
+        A `TokenizedArrays`.
+
+    Example:
+
+    >>> arrays = truncated_arrays(np.arange(5), np.array([0, 5]), np.arange(2), np.array([0, 2]), 3)
+    >>> arrays.source_ids.tolist(), arrays.target_ids.tolist(), arrays.num_truncated
+    ([0, 1, 2], [0, 1], 1)
+    """
+    source_offsets = np.asarray(source_offsets, np.int64)
+    target_offsets = np.asarray(target_offsets, np.int64)
     truncated = (np.diff(source_offsets) > max_length) | (np.diff(target_offsets) + 1 > max_length)
     return TokenizedArrays(
-        *_truncate(source_ids, source_offsets, max_length),
-        *_truncate(target_ids, target_offsets, max_length - 1),
+        *_truncate(np.asarray(source_ids, np.int32), source_offsets, max_length),
+        *_truncate(np.asarray(target_ids, np.int32), target_offsets, max_length - 1),
         max_length=max_length,
         num_truncated=int(truncated.sum()),
     )
