@@ -1,0 +1,173 @@
+"""The verbs of `keras-transformer`: one handler per verb, `handler(args, out)`.
+
+Each handler imports Keras and the package itself, so that the parser (in
+`keras_transformer_cli`) answers `--help` and bad flags without them. `out`
+is where results go (stdout); progress goes to stderr when stdout is piped.
+"""
+
+import json
+import os
+import sys
+
+
+def train(args, out):
+    """`train`: `train_translator` on the flags' `TrainConfig`; prints the summary to `out`."""
+    from keras_transformer.train_config import TrainConfig
+    from keras_transformer.trainer import train_translator
+
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "overwrite", "handler", "verbose")}
+    options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
+    summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
+    print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}),
+          file=out)
+    print(
+        f"train loss {summary['train_loss']:.3f} | dev loss {summary['dev_loss']:.3f} | "
+        f"dev token accuracy {summary['dev_token_accuracy']:.1%} | "
+        f"{summary['tokens_per_second']:,.0f} tokens/s | {summary['wall_seconds'] / 60:.1f} min | "
+        f"saved in {summary['output']}",
+        file=out,
+    )
+
+
+def _translator(args):
+    from keras_transformer.errors import UserInputError
+    from keras_transformer.translator import Translator
+
+    try:
+        return Translator.from_directory(args.model, beam_width=args.beam)
+    except (FileNotFoundError, ValueError) as error:
+        raise UserInputError(str(error))
+
+
+def translate(args, out):
+    """`translate`: each argument (or stdin line) translated, one line each on `out`."""
+    translator = _translator(args)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    for translation in translator(texts):
+        print(translation, file=out)
+
+
+def evaluate(args, out):
+    """`evaluate`: BLEU and chrF on a split; prints a table to `out` and writes a JSON beside the model."""
+    from keras_transformer import run_folder
+    from keras_transformer.data.parallel_corpus import ParallelCorpus
+    from keras_transformer.evaluation import evaluate_pairs
+    from keras_transformer.train_config import CORPUS_FIELDS
+
+    # The run's own corpus and splits, unless a flag says otherwise.
+    config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
+    settings = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
+    settings = {key: settings.get(key) for key in CORPUS_FIELDS}
+    settings.update({key: getattr(args, key) for key in CORPUS_FIELDS if getattr(args, key, None) is not None})
+    pairs = ParallelCorpus.from_config(settings).read().require(args.split)[: args.limit]
+    result = evaluate_pairs(_translator(args), pairs)
+    print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}", file=out)
+    print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}",
+          file=out)
+    print(result["bleu_signature"], file=out)
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}.json")
+    with open(path, "w") as f:
+        json.dump({**result, "split": args.split, "beam": args.beam}, f, indent=2, ensure_ascii=False)
+    print(f"written to {path}", file=out)
+
+
+def export(args, out):
+    """`export`: the SavedModel, written by a TensorFlow-backend process if this one is not."""
+    import subprocess
+
+    from keras_transformer import run_folder
+    from keras_transformer.errors import UserInputError
+
+    if not all(importable(name) for name in ("tensorflow", "tensorflow_text")):
+        raise UserInputError(
+            "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "
+            "(pip install tensorflow tensorflow-text); train, translate and evaluate run without them."
+        )
+    model_path = os.path.join(args.model, run_folder.MODEL_FILE)
+    if not os.path.isfile(model_path):
+        raise UserInputError(
+            f"--model {args.model!r} holds no {run_folder.MODEL_FILE}: pass the --output folder of a training run."
+        )
+    run_folder.check_model_archive(model_path)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        # Export goes through TensorFlow whatever backend trained the model.
+        command = [sys.executable, "-m", "keras_transformer_cli", "export", "--model", args.model, "--out", args.out]
+        if args.max_new_tokens:
+            command += ["--max-new-tokens", str(args.max_new_tokens)]
+        result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+        if result.returncode:
+            raise UserInputError(f"export under the TensorFlow backend failed (exit code {result.returncode}).")
+        return
+    from keras_transformer.export import export_translator
+
+    export_translator(args.model, args.out, args.max_new_tokens)
+    print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
+          f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
+
+
+def importable(name):
+    """Whether `import name` can find the package, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None (import blocked)
+        return False
+
+
+def ablate(args, out):
+    """`ablate`: `run_ablation` on the flags' settings; prints the table to `out`."""
+    import dataclasses
+
+    from keras_transformer import ablation
+    from keras_transformer.errors import UserInputError
+
+    try:
+        variants = dict(ablation.parse_variant(text) for text in args.variant or ["baseline"])
+    except ValueError as error:
+        raise UserInputError(f"--variant: {error}")
+    settings = ablation.QUICK if args.quick else ablation.AblationSettings()
+    overrides = {
+        key: getattr(args, key)
+        for key in ABLATE_SETTINGS
+        if getattr(args, key) is not None
+    }
+    corpus = {key: getattr(args, key) for key in CORPUS_FLAGS}
+    corpus = {key: value for key, value in corpus.items() if value is not None and value is not False}
+    if corpus:
+        from keras_transformer.data.parallel_corpus import ParallelCorpus
+
+        overrides["corpus"] = ParallelCorpus.from_config(corpus)
+        overrides["corpus"].check()
+    settings = dataclasses.replace(settings, **overrides)
+    if settings.d_model % settings.num_heads:
+        raise UserInputError(f"--d-model {settings.d_model} is not divisible by --num-heads {settings.num_heads}.")
+    rows = ablation.run_ablation(
+        variants, seeds=range(args.seeds), settings=settings, workdir=args.out,
+        bleu_sentences=args.bleu_sentences,
+    )
+    print(ablation.write_results(rows, args.out), file=out)
+    print(f"runs, summary and table in {args.out}/results.json and results.md", file=out)
+
+
+# `ablate`'s settings flags: (AblationSettings field, help). Their defaults
+# are AblationSettings' and QUICK's (a test checks the text against them);
+# the corpus flags are train's.
+ABLATE_SETTINGS = {
+    "steps": "optimizer steps per run (default: 1000; 300 with --quick)",
+    "eval_every": "steps between dev evaluations (default: 100)",
+    "d_model": "model width (default: 128; 64 with --quick)",
+    "num_layers": "encoder and decoder layers (default: 2)",
+    "num_heads": "attention heads (default: 4)",
+    "ff_dim": "feed-forward hidden units (default: 512; 256 with --quick)",
+    "max_length": "longest sequence kept, in tokens (default: 64; 48 with --quick)",
+    "vocabulary_size": "joint SentencePiece vocabulary (default: 4000; 2000 with --quick)",
+    "batch_tokens": "tokens per batch (default: 2048; 1536 with --quick)",
+    "train_pairs": "train on the first N training pairs only (default: all)",
+    "dev_pairs": "evaluate on the first N dev pairs (default: 200)",
+}
+
+
+CORPUS_FLAGS = ("corpus", "dev", "test", "dev_fraction", "test_fraction", "header", "skip_bad_lines")
