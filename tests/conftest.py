@@ -1,5 +1,15 @@
-"""Shared fixtures and helpers; every test runs under the backend in KERAS_BACKEND."""
+"""Shared fixtures and helpers; every test runs under the backend in KERAS_BACKEND.
 
+Tests marked `backend_independent` check code whose behaviour does not
+depend on the Keras backend (the corpus readers, the batches of the data
+pipeline, the command line's parsing and output, the run folder's
+refusals, the tutorial scripts). CI runs the suite under all three
+backends, where these would only repeat themselves, so they run under one:
+torch, the fastest on a CPU, or the backend named by
+KERAS_TRANSFORMER_TEST_BACKEND (the lower-bound CI job names tensorflow).
+"""
+
+import os
 import pathlib
 
 import keras
@@ -7,6 +17,21 @@ import numpy as np
 import pytest
 
 FIXTURE_CORPUS = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
+
+
+ONE_BACKEND = os.environ.get("KERAS_TRANSFORMER_TEST_BACKEND", "torch")
+
+
+def pytest_collection_modifyitems(config, items):
+    if keras.backend.backend() == ONE_BACKEND:
+        return
+    skip = pytest.mark.skip(
+        reason=f"backend-independent: runs under KERAS_BACKEND={ONE_BACKEND} "
+        "(or the backend in KERAS_TRANSFORMER_TEST_BACKEND)"
+    )
+    for item in items:
+        if item.get_closest_marker("backend_independent"):
+            item.add_marker(skip)
 
 
 def to_numpy(x):

@@ -12,6 +12,8 @@ import keras_transformer_cli as cli
 from keras_transformer.train_config import PRESETS
 from keras_transformer.train_config import TrainConfig
 
+pytestmark = pytest.mark.backend_independent
+
 EMOJI = "🙂🎉🔥 😀"
 
 

@@ -10,6 +10,8 @@ from keras_transformer.data import corpus
 from keras_transformer.data import load_bible_pairs
 from keras_transformer.data import split_for_verse_id
 
+pytestmark = pytest.mark.backend_independent
+
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz"
 
 

@@ -15,6 +15,8 @@ from keras_transformer.data.parallel_corpus import ParallelCorpus
 from keras_transformer.data.parallel_corpus import split_for_text
 from keras_transformer.errors import UserInputError
 
+pytestmark = pytest.mark.backend_independent
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TSV = str(FIXTURES / "bible_fr_en_small.tsv")
 FRENCH, ENGLISH = str(FIXTURES / "bible_fr_en_small.fr.gz"), str(FIXTURES / "bible_fr_en_small.en.gz")

@@ -6,6 +6,8 @@ import os
 import pathlib
 import re
 
+import pytest
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -18,6 +20,7 @@ def test_readme_example_builds_and_fits_a_model():
     assert printed.getvalue().strip() == "(2, 8, 50)"
 
 
+@pytest.mark.backend_independent
 def test_readme_own_data_example_trains_on_the_french_english_fixture(tmp_path, monkeypatch):
     section = README.read_text().split("## Train on your own data", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)

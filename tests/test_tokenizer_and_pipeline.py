@@ -84,6 +84,7 @@ def epoch(dataset):
 # Tokenizer.
 
 
+@pytest.mark.backend_independent
 def test_detokenize_inverts_tokenize_up_to_normalization(train_pairs, tokenizer):
     seen_characters = set("".join(normalize(text) for text in texts_of(train_pairs)))
     texts = texts_of(load_bible_pairs("all", path=FIXTURE))
@@ -100,11 +101,13 @@ def test_detokenize_inverts_tokenize_up_to_normalization(train_pairs, tokenizer)
     assert num_unseen < len(texts) // 50
 
 
+@pytest.mark.backend_independent
 def test_normalize_is_nfkc_with_whitespace_collapsed():
     assert normalize("  ﬁn \t del\u00a0 mundo  ") == "fin del mundo"
     assert normalize("Génesis") == "Génesis"
 
 
+@pytest.mark.backend_independent
 def test_special_ids_are_zero_to_three(tokenizer, train_pairs):
     assert (PAD_ID, UNK_ID, START_ID, END_ID) == (0, 1, 2, 3)
     assert tokenizer.get_vocabulary()[:4] == ["<pad>", "<unk>", "<s>", "</s>"]
@@ -114,6 +117,7 @@ def test_special_ids_are_zero_to_three(tokenizer, train_pairs):
     assert ids.max() < VOCABULARY_SIZE
 
 
+@pytest.mark.backend_independent
 def test_saved_vocabulary_gives_identical_ids(tmp_path, train_pairs, proto, tokenizer):
     path = tmp_path / "vocabulary.spm"
     saved = train_tokenizer(texts_of(train_pairs), vocabulary_size=VOCABULARY_SIZE, path=path)
@@ -124,6 +128,7 @@ def test_saved_vocabulary_gives_identical_ids(tmp_path, train_pairs, proto, toke
     assert load_tokenizer(str(path)).tokenize(texts) == tokenizer.tokenize(texts)
 
 
+@pytest.mark.backend_independent
 def test_sentencepiece_library_gives_the_ids_and_strings_of_the_keras_hub_tokenizer(
     proto, tokenizer, library_tokenizer
 ):
@@ -151,21 +156,25 @@ def test_sentencepiece_library_gives_the_ids_and_strings_of_the_keras_hub_tokeni
     assert library_tokenizer.vocabulary_size() == tokenizer.vocabulary_size() == VOCABULARY_SIZE
 
 
+@pytest.mark.backend_independent
 def test_too_large_vocabulary_raises_value_error():
     with pytest.raises(ValueError, match="vocabulary_size=5000 is too large"):
         train_tokenizer(["el principio", "the beginning"], vocabulary_size=5000)
 
 
+@pytest.mark.backend_independent
 def test_single_string_is_rejected():
     with pytest.raises(ValueError, match="texts"):
         train_tokenizer("the beginning", vocabulary_size=20)
 
 
+@pytest.mark.backend_independent
 def test_missing_vocabulary_file_raises(tmp_path):
     with pytest.raises(FileNotFoundError, match="proto"):
         load_tokenizer(tmp_path / "missing.spm")
 
 
+@pytest.mark.backend_independent
 def test_vocabulary_without_our_special_ids_is_rejected():
     writer = io.BytesIO()
     # SentencePiece's own defaults: unk=0, bos=1, eos=2, no padding id.
@@ -182,6 +191,7 @@ def test_vocabulary_without_our_special_ids_is_rejected():
 # Pipeline.
 
 
+@pytest.mark.backend_independent
 def test_tokenization_truncates_and_counts(train_pairs, tokenizer):
     max_length = 32
     tokenized = tokenize_pairs(train_pairs, tokenizer, max_length)
@@ -196,6 +206,7 @@ def test_tokenization_truncates_and_counts(train_pairs, tokenizer):
     assert tokenized.targets.to_list() == [ids[: max_length - 1] for ids in full_targets]
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("bucket", [True, False])
 def test_batches_are_teacher_forcing_pairs(tokenized, bucket):
     batches = epoch(translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, bucket=bucket))
@@ -218,6 +229,7 @@ def test_batches_are_teacher_forcing_pairs(tokenized, bucket):
     assert seen == collections.Counter((tuple(s), tuple(t)) for s, t in pairs)
 
 
+@pytest.mark.backend_independent
 def test_bucketing_lowers_padding_and_bounds_batch_tokens(tokenized):
     bucketed = translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, bucket=True)
     unbucketed = translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, bucket=False)
@@ -232,6 +244,7 @@ def test_bucketing_lowers_padding_and_bounds_batch_tokens(tokenized):
     assert abs(len(epoch(unbucketed)) - len(batches)) <= 1
 
 
+@pytest.mark.backend_independent
 def test_same_seed_same_batches_and_each_epoch_reshuffles(tokenized):
     def first_sources(dataset):
         return [encoder[:, :4].tolist() for encoder, _, _ in epoch(dataset)]
@@ -242,6 +255,7 @@ def test_same_seed_same_batches_and_each_epoch_reshuffles(tokenized):
     assert first_sources(dataset) != first_epoch
 
 
+@pytest.mark.backend_independent
 def test_every_iterator_over_a_repeated_dataset_yields_the_same_batches(tokenized):
     # Keras may open several iterators over one dataset; a resumed or
     # distributed run must still train on the batches of a plain run.
@@ -254,6 +268,7 @@ def test_every_iterator_over_a_repeated_dataset_yields_the_same_batches(tokenize
     assert sources(translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, repeat=True, seed=4)) != first
 
 
+@pytest.mark.backend_independent
 def test_each_repeated_pass_is_a_new_permutation_of_all_pairs(tokenized):
     plan = BatchPlan(tokenized.lengths(), MAX_LENGTH, batch_tokens=BATCH_TOKENS, seed=3, repeat=True)
     num_pairs = len(tokenized)
@@ -270,6 +285,7 @@ def test_each_repeated_pass_is_a_new_permutation_of_all_pairs(tokenized):
         assert sizes.tolist() == [plan.batch_sizes[plan.lengths.index(length)] for length in lengths]
 
 
+@pytest.mark.backend_independent
 def test_batch_multiple_rounds_every_batch_size_down_to_a_multiple(tokenized):
     for bucket in (True, False):
         dataset = translation_dataset(tokenized, batch_tokens=BATCH_TOKENS, bucket=bucket, repeat=True,
@@ -280,6 +296,7 @@ def test_batch_multiple_rounds_every_batch_size_down_to_a_multiple(tokenized):
         translation_dataset(tokenized, batch_multiple=0)
 
 
+@pytest.mark.backend_independent
 def test_numpy_tokenization_holds_the_ids_of_the_tf_pipeline(tokenized, arrays):
     assert len(arrays) == len(tokenized) and arrays.num_truncated == tokenized.num_truncated > 0
     for ids, offsets, ragged in ((arrays.source_ids, arrays.source_offsets, tokenized.sources),
@@ -297,6 +314,7 @@ def test_numpy_tokenization_holds_the_ids_of_the_tf_pipeline(tokenized, arrays):
     dict(seed=4, repeat=True, batch_multiple=2),
     dict(seed=5, repeat=True, bucket_width=32),
 ], ids=lambda options: ",".join(f"{key}={value}" for key, value in options.items()))
+@pytest.mark.backend_independent
 def test_py_dataset_yields_the_batches_of_the_tf_data_pipeline(tokenized, arrays, options):
     options = dict(batch_tokens=BATCH_TOKENS, **options)
     dataset = translation_dataset(tokenized, **options)
@@ -334,6 +352,7 @@ def test_py_dataset_yields_the_batches_of_the_tf_data_pipeline(tokenized, arrays
     assert padded <= set(range(options.get("bucket_width", 8), MAX_LENGTH + 1, options.get("bucket_width", 8)))
 
 
+@pytest.mark.backend_independent
 def test_bad_arguments_raise(train_pairs, tokenizer, tokenized):
     with pytest.raises(ValueError, match="max_length"):
         tokenize_pairs(train_pairs, tokenizer, max_length=1)

@@ -13,6 +13,8 @@ from keras_transformer.data.parallel_corpus import ParallelCorpus
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig
 
+pytestmark = pytest.mark.backend_independent
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TSV = str(FIXTURES / "bible_fr_en_small.tsv")
 FRENCH, ENGLISH = str(FIXTURES / "bible_fr_en_small.fr.gz"), str(FIXTURES / "bible_fr_en_small.en.gz")

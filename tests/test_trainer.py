@@ -150,6 +150,7 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_r
     assert all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in model.weights)
 
 
+@pytest.mark.backend_independent
 def test_a_damaged_newest_backup_falls_back_to_the_previous_one(tmp_path, nan_stopped_run, uninterrupted_run):
     output = tmp_path / "run"
     shutil.copytree(nan_stopped_run[0], output)
@@ -165,6 +166,7 @@ def test_a_damaged_newest_backup_falls_back_to_the_previous_one(tmp_path, nan_st
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.backend_independent
 def test_a_backup_cut_between_weights_and_metadata_is_not_trusted(tmp_path, nan_stopped_run):
     # Killed after BackupAndRestore wrote epoch 2's weights but before its
     # metadata: Keras alone would resume epoch 2's weights as if after epoch 1.
@@ -180,6 +182,7 @@ def test_a_backup_cut_between_weights_and_metadata_is_not_trusted(tmp_path, nan_
     assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 3
 
 
+@pytest.mark.backend_independent
 def test_no_intact_backup_is_a_clear_error_that_changes_nothing(tmp_path, nan_stopped_run):
     output = tmp_path / "run"
     shutil.copytree(nan_stopped_run[0], output)
@@ -201,6 +204,7 @@ def test_no_intact_backup_is_a_clear_error_that_changes_nothing(tmp_path, nan_st
         train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
 
 
+@pytest.mark.backend_independent
 def test_too_little_disk_space_fails_before_training(tmp_path, monkeypatch):
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=2**20))
@@ -209,6 +213,7 @@ def test_too_little_disk_space_fails_before_training(tmp_path, monkeypatch):
     assert not any((tmp_path / name).exists() for name in ("backup", "log.csv", "vocabulary.spm", "model.keras"))
 
 
+@pytest.mark.backend_independent
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     cli = ["-m", "keras_transformer_cli", "train"]
     missing = _run(*cli, "--corpus", str(tmp_path / "nope.tsv.gz"), "--output", str(tmp_path / "a"))
@@ -220,6 +225,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     assert indivisible.returncode == 2 and "not divisible" in indivisible.stderr
 
 
+@pytest.mark.backend_independent
 def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epochs(tmp_path):
     train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **TINY), **QUIET)
     with pytest.raises(UserInputError, match="different run.*d_model"):
@@ -233,6 +239,7 @@ def test_a_different_run_is_refused_and_a_finished_one_continues_with_more_epoch
     assert more["completed_steps"] == 2 and more["trained_steps_this_run"] == 1
 
 
+@pytest.mark.backend_independent
 def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_are_refused():
     import keras_transformer_cli as cli
 
@@ -246,12 +253,14 @@ def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_a
         TrainConfig(output="unused", bucket_width=0, **TINY).resolved()
 
 
+@pytest.mark.backend_independent
 def test_a_vocabulary_too_large_for_the_corpus_is_a_clear_error(tmp_path):
     options = {**TINY, "vocabulary_size": 100000}
     with pytest.raises(UserInputError, match="--vocabulary-size"):
         train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=1, **options), verbose=0)
 
 
+@pytest.mark.backend_independent
 def test_unwritable_output_fails_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
