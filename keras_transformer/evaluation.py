@@ -1,6 +1,56 @@
-"""BLEU and chrF with sacrebleu, multi-reference where the corpus has two."""
+"""BLEU and chrF with sacrebleu, multi-reference where the corpus has two; loops counted."""
+
+import string
 
 import sacrebleu
+
+# A translation "loops" when a word or a phrase of up to this many words...
+LOOP_MAX_WORDS = 3
+# ...occurs this many times or more in a row.
+LOOP_REPEATS = 4
+
+
+def loops(text, max_words=LOOP_MAX_WORDS, repeats=LOOP_REPEATS):
+    """Whether a word or a phrase of up to `max_words` words repeats `repeats` times in a row.
+
+    Words are compared lowercased and without surrounding punctuation, so
+    "also also also also," loops.
+
+    Args:
+        text: a translation.
+        max_words: int, the longest phrase checked.
+        repeats: int, how many times in a row count as a loop.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> loops("He also also also also, and all the heavens")
+    True
+    >>> loops("the light and good and good and good and good")
+    True
+    >>> loops("Holy, holy, holy is the Lord")
+    False
+    """
+    words = [word.strip(string.punctuation).lower() for word in text.split()]
+    for size in range(1, max_words + 1):
+        for start in range(len(words) - size * repeats + 1):
+            phrase = words[start : start + size]
+            if all(words[start + k * size : start + (k + 1) * size] == phrase for k in range(1, repeats)):
+                return True
+    return False
+
+
+def loop_rate(translations):
+    """The fraction of `translations` that loop (see `loops`).
+
+    Example:
+
+    >>> loop_rate(["the the the the end", "in the beginning"])
+    0.5
+    """
+    return sum(map(loops, translations)) / max(1, len(translations))
 
 
 def score_translations(hypotheses, references):
@@ -55,8 +105,8 @@ def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
         verbose: 1 shows a progress bar, 0 is silent.
 
     Returns:
-        A dict: the scores of `score_translations`, `sentences` and the
-        `translations` themselves.
+        A dict: the scores of `score_translations`, `sentences`, the
+        `loop_rate` and the `translations` themselves.
 
     Example (any callable from a list of strings to a list of strings
     serves as the translator):
@@ -77,4 +127,4 @@ def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
         translations.extend(translator([pair.source for pair in batch]))
         progress.add(len(batch))
     scores = score_translations(translations, [pair.references for pair in pairs])
-    return {**scores, "sentences": len(pairs), "translations": translations}
+    return {**scores, "sentences": len(pairs), "loop_rate": loop_rate(translations), "translations": translations}

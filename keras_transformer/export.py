@@ -31,7 +31,7 @@ def _require_tensorflow_backend():
         )
 
 
-def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
+def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=0):
     """A `tf.Module` whose `translate` maps a batch of strings to translations.
 
     Greedy search on the KV cache, as `Translator(beam_width=1)`, with the
@@ -43,6 +43,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
         model: a `transformer()` model, on the TensorFlow backend.
         vocabulary_proto: bytes of the SentencePiece model (`vocabulary.spm`).
         max_new_tokens: longest translation. Defaults to `max_length - 1`.
+        no_repeat_ngram_size: the loop guard, as `Translator`'s.
 
     Returns:
         A `tf.Module` with a `translate(texts)` `tf.function` taking a
@@ -73,7 +74,9 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
         # At least one column, so an all-empty batch still has a shape.
         encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, 1]])[:, : tf.maximum(1, tf.shape(encoder_tokens)[1])]
-        generated, steps = search_tensors(decoder, encoder_tokens, GreedyChoice(), max_new_tokens)
+        generated, steps = search_tensors(
+            decoder, encoder_tokens, GreedyChoice(), max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
+        )
         output_ids = generated[:, :steps]
         output_ids = tf.where(tf.equal(output_ids, END_ID), PAD_ID, output_ids)
         translations = module.tokenizer.detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
@@ -84,7 +87,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None):
     return module
 
 
-def export_translator(directory, output, max_new_tokens=None):
+def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=0):
     """Exports a training output folder as a string -> string SavedModel.
 
     Writes `output/` (signature `serving_default`: `texts` -> `translations`)
@@ -95,6 +98,7 @@ def export_translator(directory, output, max_new_tokens=None):
         directory: the `--output` folder of `keras-transformer train`.
         output: folder to write.
         max_new_tokens: longest translation. Defaults to `max_length - 1`.
+        no_repeat_ngram_size: the loop guard, as `Translator`'s.
 
     Returns:
         The path of the exported SavedModel.
@@ -107,7 +111,7 @@ def export_translator(directory, output, max_new_tokens=None):
     model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
     with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
         proto = f.read()
-    module = build_serving_module(model, proto, max_new_tokens)
+    module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def serve(texts):

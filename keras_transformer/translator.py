@@ -55,6 +55,9 @@ class Translator:
             bucket (sources are padded to a multiple of 16 tokens). Pays off
             when translating many batches; the first batch of each shape
             pays the compilation. Defaults to False.
+        no_repeat_ngram_size: int; above 0, no translation repeats an
+            n-gram of this many tokens, a guard against loops
+            (`decoding.sampler.block_repeated_ngrams`). Defaults to 0, off.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
@@ -79,7 +82,7 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, beam_width=1, length_penalty=0.6, max_new_tokens=None,
-                 jit_compile=False):
+                 jit_compile=False, no_repeat_ngram_size=0):
         if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
             raise TypeError(f"beam_width must be an int >= 1, got beam_width={beam_width!r}.")
         if beam_width < 1:
@@ -108,6 +111,10 @@ class Translator:
         self.max_length = self.decoder.max_length
         self.beam_width = beam_width
         self.length_penalty = length_penalty
+        if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, (int, np.integer)) \
+                or no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be an int >= 0, got {no_repeat_ngram_size!r}.")
+        self.no_repeat_ngram_size = int(no_repeat_ngram_size)
         self.max_new_tokens = max_new_tokens or self.max_length - 1
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, (int, np.integer)):
             raise TypeError(f"max_new_tokens must be an int, got max_new_tokens={max_new_tokens!r}.")
@@ -244,10 +251,13 @@ class Translator:
         if todo:
             source = self._source_tokens([texts[i] for i in todo])
             if self.beam_width == 1:
-                generated = greedy_search(self.decoder, source, self.max_new_tokens)
+                generated = greedy_search(
+                    self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size
+                )
             else:
                 generated = beam_search(
-                    self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens
+                    self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
+                    no_repeat_ngram_size=self.no_repeat_ngram_size,
                 )
             for i, text in zip(todo, self._detokenize(generated)):
                 outputs[i] = text

@@ -74,6 +74,16 @@ def _positive_int(text):
     return value
 
 
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _fraction(text):
     try:
         value = float(text)
@@ -209,6 +219,8 @@ def build_parser():
     translate = verb("translate", commands.translate, "translate text with a trained run (arguments, or stdin one line each)")
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=0,
+                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
 
     evaluate = verb("evaluate", commands.evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
@@ -216,6 +228,8 @@ def build_parser():
     evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
                           help="heldout: whole books never trained on (the embedded Bible corpus only)")
     evaluate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=0,
+                          help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 

@@ -34,7 +34,7 @@ def _translator(args):
     from keras_transformer.translator import Translator
 
     try:
-        return Translator.from_directory(args.model, beam_width=args.beam)
+        return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram)
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 
@@ -61,13 +61,15 @@ def evaluate(args, out):
     settings.update({key: getattr(args, key) for key in CORPUS_FIELDS if getattr(args, key, None) is not None})
     pairs = ParallelCorpus.from_config(settings).read().require(args.split)[: args.limit]
     result = evaluate_pairs(_translator(args), pairs)
-    print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}", file=out)
-    print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}",
-          file=out)
+    print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}{'loops':>8}", file=out)
+    print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}"
+          f"{result['loop_rate']:>8.1%}", file=out)
     print(result["bleu_signature"], file=out)
-    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}.json")
+    guard = f"-norepeat{args.no_repeat_ngram}" if args.no_repeat_ngram else ""
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}{guard}.json")
     with open(path, "w") as f:
-        json.dump({**result, "split": args.split, "beam": args.beam}, f, indent=2, ensure_ascii=False)
+        json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
+                  f, indent=2, ensure_ascii=False)
     print(f"written to {path}", file=out)
 
 

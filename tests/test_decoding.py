@@ -177,3 +177,49 @@ def test_the_loop_stops_when_every_row_has_ended():
     host = _host_greedy(decoder, SOURCE, 10, stop_at_end=True)
     assert host.shape[1] < 10 and (host == END_ID).any(axis=1).all(), "the test needs every row to end early"
     np.testing.assert_array_equal(greedy_search(decoder, SOURCE, max_new_tokens=10), host)
+
+
+# --- the loop guard: no_repeat_ngram_size -----------------------------------
+
+
+def _blocked_by_brute_force(generated, index, size):
+    blocked = set()
+    recent = tuple(generated[index - size + 1 : index]) if index >= size - 1 else None
+    for start in range(0, index - size + 1):
+        if recent is not None and tuple(generated[start : start + size - 1]) == recent:
+            blocked.add(int(generated[start + size - 1]))
+    return blocked
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_block_repeated_ngrams_blocks_exactly_the_tokens_that_would_repeat_an_ngram(size, rng):
+    from keras_transformer.decoding.sampler import block_repeated_ngrams
+
+    generated = rng.integers(4, 8, size=(6, 12)).astype("int32")  # few ids: many repeats
+    for index in (0, 1, 3, 7, 12):
+        visible = np.where(np.arange(12) < index, generated, 0)
+        logits = keras.ops.convert_to_numpy(
+            block_repeated_ngrams(keras.ops.zeros((6, 10)), keras.ops.convert_to_tensor(visible), index, size)
+        )
+        for row in range(6):
+            assert set(np.flatnonzero(np.isinf(logits[row]))) == _blocked_by_brute_force(visible[row], index, size)
+
+
+def _repeated_ngrams(row, size):
+    row = list(row[: list(row).index(END_ID) + 1] if END_ID in row else row)
+    grams = [tuple(row[i : i + size]) for i in range(len(row) - size + 1)]
+    return len(grams) - len(set(grams))
+
+
+def test_the_guard_keeps_a_looping_model_from_repeating_ngrams():
+    keras.utils.set_random_seed(5)
+    model = kt.models.transformer(40, 40, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=16)
+    bias = model.get_layer("output_projection").bias
+    # Two tokens far likelier than the rest: unguarded decoding alternates them.
+    bias.assign(keras.ops.convert_to_numpy(bias) + np.isin(np.arange(40), [7, 8]).astype("float32") * 6.0)
+    decoder = CachedDecoder(model, jit_compile=True)
+    plain = greedy_search(decoder, SOURCE, max_new_tokens=12, stop_at_end=False)
+    assert all(_repeated_ngrams(row, 3) > 0 for row in plain), "the test needs a model that loops"
+    for tokens in (greedy_search(decoder, SOURCE, max_new_tokens=12, stop_at_end=False, no_repeat_ngram_size=3),
+                   beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=12, no_repeat_ngram_size=3)):
+        assert all(_repeated_ngrams(row, 3) == 0 for row in tokens)

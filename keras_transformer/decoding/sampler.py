@@ -80,6 +80,54 @@ def mask_forbidden_tokens(logits):
     return ops.where(ops.convert_to_tensor(forbidden)[None, :], float("-inf"), logits)
 
 
+def block_repeated_ngrams(logits, generated, index, size):
+    """`logits` with `-inf` for every token that would repeat an n-gram.
+
+    The guard against loops ("and good and good and good"): a token is
+    blocked when, after the `size - 1` tokens generated last, it would
+    complete an n-gram of `size` tokens that the row already holds
+    (fairseq's and Hugging Face's `no_repeat_ngram_size`).
+
+    Args:
+        logits: float `(rows, vocabulary)`, for the token at column `index`.
+        generated: int `(rows, length)`: the tokens so far in columns
+            `[0, index)`.
+        index: int scalar tensor, the column being chosen.
+        size: int >= 1, the n-gram length.
+
+    Returns:
+        The logits with the blocked tokens at `-inf`.
+
+    Example:
+
+    >>> generated = keras.ops.convert_to_tensor([[5, 6, 7, 5, 6, 0]])
+    >>> logits = block_repeated_ngrams(keras.ops.zeros((1, 9)), generated, 5, 3)
+    >>> keras.ops.convert_to_numpy(logits)[0].tolist()  # 5 6 -> 7 again is blocked
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -inf, 0.0]
+    """
+    vocabulary = logits.shape[-1]
+    windows = generated.shape[1] - size + 1
+    if windows <= 0:
+        return logits
+    index = ops.convert_to_tensor(index, "int32")
+    # Window j holds columns j .. j + size - 1; it counts once its last
+    # column has been generated, and blocks that last column's token when
+    # its first size - 1 columns equal the last size - 1 tokens.
+    match = ops.less_equal(ops.arange(windows, dtype="int32"), index - size)[None, :]
+    for k in range(size - 1):
+        recent = ops.take(generated, ops.maximum(index - size + 1 + k, 0), axis=1)
+        match = ops.logical_and(match, ops.equal(generated[:, k : k + windows], recent[:, None]))
+    # Tokens of windows that do not match go to a spare column, dropped below.
+    blocked = ops.where(match, generated[:, size - 1 :], vocabulary)
+    rows = ops.shape(generated)[0]
+    row_ids = ops.broadcast_to(ops.arange(rows, dtype="int32")[:, None], ops.shape(blocked))
+    indices = ops.stack([ops.reshape(row_ids, (-1,)), ops.reshape(blocked, (-1,))], axis=-1)
+    hits = ops.scatter_update(
+        ops.zeros((rows, vocabulary + 1), "int32"), indices, ops.ones((ops.shape(indices)[0],), "int32")
+    )
+    return ops.where(ops.greater(hits[:, :vocabulary], 0), float("-inf"), logits)
+
+
 @dataclasses.dataclass(frozen=True)
 class GreedyChoice:
     """Picks each row's most likely next token (argmax; ties go to the lower id).
@@ -165,7 +213,7 @@ class BeamChoice:
         return ops.take(generated, rows, axis=0)
 
 
-def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True):
+def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
     """The decoding loop on tensors: what `run_search` runs, and the export traces.
 
     Args:
@@ -176,6 +224,8 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         stop_at_end: stop a row at `END_ID` (then it is padded with 0), and
             the loop when every row has stopped; False generates exactly
             `max_new_tokens` (for benchmarks).
+        no_repeat_ngram_size: int; above 0, no row repeats an n-gram of
+            this many tokens (`block_repeated_ngrams`). 0 turns the guard off.
 
     Returns:
         `(generated, steps)`: int32 `(batch, max_new_tokens)`, of which the
@@ -195,7 +245,10 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
 
     def step(index, tokens, finished, generated, decoder_state, choice_state):
         logits, decoder_state = decoder.next_logits(tokens, index, decoder_state)
-        next_tokens, parents, choice_state = choice.choose(mask_forbidden_tokens(logits), finished, choice_state)
+        logits = mask_forbidden_tokens(logits)
+        if no_repeat_ngram_size:
+            logits = block_repeated_ngrams(logits, generated, index, no_repeat_ngram_size)
+        next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state)
         if parents is not None:
             generated = ops.take(generated, parents, axis=0)
             finished = ops.take(finished, parents, axis=0)
@@ -221,7 +274,8 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
     return choice.best(generated, choice_state), steps
 
 
-# The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end);
+# The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end,
+# no_repeat_ngram_size);
 # jax.jit and tf.function retrace them per batch size and source length.
 _compiled_loops = weakref.WeakKeyDictionary()
 
@@ -242,20 +296,21 @@ def compiles_loop(decoder):
     return bool(getattr(decoder, "jit_compile", False)) or keras.backend.backend() == "jax"
 
 
-def _loop(decoder, choice, max_new_tokens, stop_at_end):
+def _loop(decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size):
     run = functools.partial(
-        search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end
+        search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     if not compiles_loop(decoder):
         return run
     loops = _compiled_loops.setdefault(decoder, {})
-    key = (choice, max_new_tokens, stop_at_end)
+    key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size)
     if key not in loops:
         loops[key] = compile_function(run)
     return loops[key]
 
 
-def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True):
+def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
     """Runs the decoding loop on a batch and copies the tokens to the host once.
 
     The loop is compiled (and the compiled loop kept) when `decoder` was
@@ -264,7 +319,8 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     `beam_search` check them.
 
     Args:
-        decoder, choice, max_new_tokens, stop_at_end: as `search_tensors`.
+        decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size:
+            as `search_tensors`.
         encoder_tokens: int `(batch, source_length)`, padded with 0.
 
     Returns:
@@ -281,6 +337,6 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     ...            max_new_tokens=4, stop_at_end=False).shape
     (1, 4)
     """
-    loop = _loop(decoder, choice, max_new_tokens, stop_at_end)
+    loop = _loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size))
     generated, steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
     return ops.convert_to_numpy(generated)[:, : int(ops.convert_to_numpy(steps))]

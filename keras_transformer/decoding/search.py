@@ -18,7 +18,7 @@ def _checked(owner, decoder, encoder_tokens, max_new_tokens):
     return encoder_tokens, max_new_tokens
 
 
-def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True):
+def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True, no_repeat_ngram_size=0):
     """Greedy decoding on the KV cache, batched, in one loop on the device.
 
     The tokens are copied to the host once, at the end. With a decoder
@@ -34,6 +34,8 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
             size minus one.
         stop_at_end: stop a sequence at `END_ID` (then it is padded with 0);
             False generates exactly `max_new_tokens` (for benchmarks).
+        no_repeat_ngram_size: int; above 0, no sequence repeats an n-gram
+            of this many tokens (a guard against loops). Defaults to 0, off.
 
     Returns:
         int NumPy `(batch, steps)` of generated tokens, without the start
@@ -57,10 +59,12 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
     1
     """
     encoder_tokens, max_new_tokens = _checked("greedy_search", decoder, encoder_tokens, max_new_tokens)
-    return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end)
+    check_int("greedy_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end, no_repeat_ngram_size)
 
 
-def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_new_tokens=None):
+def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_new_tokens=None,
+                no_repeat_ngram_size=0):
     """Beam search on the KV cache, batched, with a length penalty.
 
     The same loop as `greedy_search`, with a `BeamChoice`: `beam_width`
@@ -73,6 +77,7 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
         beam_width: int >= 1. Defaults to 4.
         length_penalty: float alpha; 0 ranks by raw log-probability.
         max_new_tokens: as in `greedy_search`.
+        no_repeat_ngram_size: as in `greedy_search`, for every hypothesis.
 
     Returns:
         int NumPy `(batch, steps)`, as `greedy_search`.
@@ -96,9 +101,10 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     """
     check_decoder(decoder, "beam_search")
     check_int("beam_search", "beam_width", beam_width, 1)
+    check_int("beam_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     encoder_tokens, max_new_tokens = _checked("beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
-    return run_search(decoder, encoder_tokens, choice, max_new_tokens)
+    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size)
 
 
 def greedy_search_uncached(model, encoder_tokens, max_new_tokens, stop_at_end=True, jit_compile=False):
