@@ -7,6 +7,7 @@ from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
 from keras_transformer.initializers import FusedQKV
 from keras_transformer.initializers import with_seed_offset
 from keras_transformer.layers.attention_arguments import check_arguments
+from keras_transformer.layers.attention_arguments import check_build_shapes
 from keras_transformer.layers.attention_arguments import check_call_inputs
 from keras_transformer.layers.attention_arguments import get_qkv_initializer
 from keras_transformer.layers.attention_arguments import logit_scale_value
@@ -228,13 +229,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
-        owner = f"MultiHeadAttention {self.name!r}"
-        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            if len(shape) != 3 or shape[-1] is None:
-                raise ValueError(
-                    f"{owner} expects `{name}` of shape (batch, length, width) with a "
-                    f"known width, got shape {tuple(shape)}."
-                )
+        check_build_shapes(f"MultiHeadAttention {self.name!r}", query_shape, value_shape, key_shape)
         query_width, key_width = query_shape[-1], key_shape[-1]
         value_width = value_shape[-1]
         self._input_widths = (query_width, value_width, key_width)
@@ -459,25 +454,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        serialize = keras.initializers.serialize
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "value_dim": self.value_dim,
-                "output_dim": self.output_dim,
-                "attention_dropout": self.attention_dropout,
-                "use_bias": self.use_bias,
-                "query_initializer": serialize(self.query_initializer),
-                "key_initializer": serialize(self.key_initializer),
-                "value_initializer": serialize(self.value_initializer),
-                "output_initializer": serialize(self.output_initializer),
-                "bias_initializer": serialize(self.bias_initializer),
-                "fused_qkv": self.fused_qkv,
-                "qkv_initializer": serialize_qkv_initializer(self.qkv_initializer),
-                "logit_scale": self.logit_scale,
-                "flash_attention": self.flash_attention,
-                "seed": self.seed,
-            }
-        )
+        plain = ("num_heads", "key_dim", "value_dim", "output_dim", "attention_dropout", "use_bias", "fused_qkv",
+                 "logit_scale", "flash_attention", "seed")
+        initializers = ("query_initializer", "key_initializer", "value_initializer", "output_initializer",
+                        "bias_initializer")
+        config.update({name: getattr(self, name) for name in plain})
+        config.update({name: keras.initializers.serialize(getattr(self, name)) for name in initializers})
+        config["qkv_initializer"] = serialize_qkv_initializer(self.qkv_initializer)
         return config

@@ -132,6 +132,24 @@ def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropou
         )
 
 
+def check_build_shapes(owner, query_shape, value_shape, key_shape):
+    """Raises unless each input is `(batch, length, width)` with a known width.
+
+    Example:
+
+    >>> check_build_shapes("MultiHeadAttention 'mha'", (1, 2, 8), (1, 3), (1, 3, 8))
+    Traceback (most recent call last):
+    ...
+    ValueError: MultiHeadAttention 'mha' expects `value` of shape (batch, length, width) with a known width, got shape (1, 3).
+    """
+    for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+        if len(shape) != 3 or shape[-1] is None:
+            raise ValueError(
+                f"{owner} expects `{name}` of shape (batch, length, width) with a "
+                f"known width, got shape {tuple(shape)}."
+            )
+
+
 def check_call_inputs(owner, built_widths, query, value, key, masks, cache):
     """Static shape and dtype checks of a call: clear errors, and still traceable.
 
