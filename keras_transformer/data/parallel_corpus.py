@@ -24,8 +24,9 @@ from keras_transformer.data.corpus import TranslationPair
 from keras_transformer.data.parallel_files import _check_file
 from keras_transformer.data.parallel_files import first_line
 from keras_transformer.data.parallel_files import is_gzip
-from keras_transformer.data.parallel_files import read_aligned
-from keras_transformer.data.parallel_files import read_tsv
+from keras_transformer.data.parallel_files import SkippedLines
+from keras_transformer.data.parallel_files import iter_aligned
+from keras_transformer.data.parallel_files import iter_tsv
 from keras_transformer.errors import UserInputError
 
 DEFAULT_DEV_FRACTION = 0.02
@@ -269,36 +270,73 @@ class ParallelCorpus:
             UserInputError: see `check`, `read_tsv` and `read_aligned`.
         """
         format_ = self.check()
-        if format_ == "bible":
-            if self.path is not None and not is_gzip(self.path):
-                raise UserInputError(f"--corpus {self.path!r} has the Bible corpus' header but is not gzipped; gzip it.")
-            pairs = {split: [] for split in bible.SPLITS}
-            for pair in bible.load_bible_pairs("all", path=self.path):
-                pairs[pair.split].append(pair)
-            return CorpusSplits(pairs, format_, "es", "en")
+        if format_ == "bible" and self.path is not None and not is_gzip(self.path):
+            raise UserInputError(f"--corpus {self.path!r} has the Bible corpus' header but is not gzipped; gzip it.")
+        pairs = {split: [] for split in (bible.SPLITS if format_ == "bible" else ("train", "dev", "test"))}
         skipped = collections.Counter()
+        for pair in self.iter_pairs(skipped=skipped):
+            pairs[pair.split].append(pair)
+        if format_ == "bible":
+            return CorpusSplits(pairs, format_, "es", "en")
+        return CorpusSplits(pairs, format_, self.source_language, self.target_language, skipped)
+
+    def iter_pairs(self, split=None, skipped=None, warn=True):
+        """The pairs one at a time, split line by line: `read()` without holding them.
+
+        Memory stays bounded whatever the corpus' size (the embedded Bible
+        corpus is small and read whole).
+
+        Args:
+            split: None for every pair, or `"train"`, `"dev"`, `"test"`:
+                only that split's pairs (and only the files that can hold
+                it are read).
+            skipped: a `collections.Counter` that counts the skipped bad
+                lines by kind, or None.
+            warn: warn once per file about skipped lines when it ends.
+                Defaults to True.
+
+        Yields:
+            `TranslationPair`s, in file order.
+
+        Example:
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
+        >>> _ = open(path, "w").write("Guten Tag\\tGood day\\nDanke\\tThanks\\n")
+        >>> [pair.id for pair in ParallelCorpus(path, test_fraction=0.0).iter_pairs("train")]
+        ['pairs.tsv:1', 'pairs.tsv:2']
+        """
+        format_ = self.check()
+        if format_ == "bible":
+            for pair in bible.load_bible_pairs("all", path=self.path):
+                if split is None or pair.split == split:
+                    yield pair
+            return
         dev_fraction, test_fraction = self._fractions()
-        pairs = {"train": [], "dev": [], "test": []}
-        for split, files in (("train", self.path), ("dev", self.dev), ("test", self.test)):
-            if files is None:
+        for file_split, files in (("train", self.path), ("dev", self.dev), ("test", self.test)):
+            if files is None or split not in (None, file_split) and (file_split != "train" or getattr(self, split)):
                 continue
-            flag = "--corpus" if split == "train" else f"--{split}"
+            flag = "--corpus" if file_split == "train" else f"--{file_split}"
             if format_ == "aligned":
-                rows, counts = read_aligned(*files, skip_bad_lines=self.skip_bad_lines, flag=flag)
+                counter = SkippedLines(f"{files[0]} + {files[1]}")
+                rows = iter_aligned(*files, skip_bad_lines=self.skip_bad_lines, flag=flag, skipped=counter)
             else:
-                rows, counts = read_tsv(files, header=self.header, skip_bad_lines=self.skip_bad_lines, flag=flag)
-            skipped.update(counts)
+                counter = SkippedLines(files)
+                rows = iter_tsv(files, header=self.header, skip_bad_lines=self.skip_bad_lines, flag=flag,
+                                skipped=counter)
             name = os.path.basename(files[0] if format_ == "aligned" else files)
             for number, source, target, references in rows:
-                row_split = split
-                if split == "train":
+                row_split = file_split
+                if file_split == "train":
                     row_split = split_for_text(
                         source, 0.0 if self.dev else dev_fraction, 0.0 if self.test else test_fraction
                     )
-                pairs[row_split].append(
-                    TranslationPair(f"{name}:{number}", "", row_split, source, target, references)
-                )
-        return CorpusSplits(pairs, format_, self.source_language, self.target_language, skipped)
+                if split is None or row_split == split:
+                    yield TranslationPair(f"{name}:{number}", "", row_split, source, target, references)
+            if skipped is not None:
+                skipped.update(counter.counts)
+            if warn:
+                counter.warn()
 
 
 __all__ = ["CorpusSplits", "ParallelCorpus", "split_for_text"]

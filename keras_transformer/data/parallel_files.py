@@ -102,8 +102,19 @@ def first_line(path, flag="--corpus"):
     return ""
 
 
-class _Skipped:
-    """Counts the skipped lines of one file per kind, with the first line of each."""
+class SkippedLines:
+    """Counts the skipped lines of one file per kind, with the first line of each.
+
+    `warn()` reports them in one warning (nothing when none was skipped);
+    `counts` is a `Counter` by kind (see `BAD_LINE_KINDS`).
+
+    Example:
+
+    >>> skipped = SkippedLines("train.tsv")
+    >>> skipped.add(_BadLine("utf8", "..."), 12)
+    >>> dict(skipped.counts), skipped.first
+    ({'utf8': 1}, {'utf8': 12})
+    """
 
     def __init__(self, path):
         self.path, self.counts, self.first = path, collections.Counter(), {}
@@ -121,6 +132,55 @@ class _Skipped:
             for kind, count in sorted(self.counts.items(), key=lambda item: self.first[item[0]])
         )
         warnings.warn(f"{self.path}: skipped {total} bad line{'s' * (total != 1)}: {parts}.", stacklevel=4)
+
+
+def iter_tsv(path, header=False, skip_bad_lines=False, flag="--corpus", skipped=None):
+    """The rows of a TSV of pairs, one at a time: `read_tsv` as a generator.
+
+    Memory stays bounded whatever the file's size. Skipped lines are
+    counted in `skipped` (a `SkippedLines`), which warns only when asked.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
+    >>> _ = open(path, "w").write("Guten Tag\\tGood day\\nnur eine Spalte\\nDanke\\tThanks\\n")
+    >>> skipped = SkippedLines(path)
+    >>> [row[0] for row in iter_tsv(path, skip_bad_lines=True, skipped=skipped)], dict(skipped.counts)
+    ([1, 3], {'columns': 1})
+    """
+    skipped = SkippedLines(path) if skipped is None else skipped
+    expected = None
+    for number, line in _raw_lines(path, flag):
+        try:
+            text = _decode(path, number, line)
+            if header and number == 1:
+                continue
+            columns = [column.strip() for column in text.split("\t")]
+            if not any(columns):
+                raise _BadLine("empty", f"{path}:{number}: empty line; delete it, {_SKIP_HINT}")
+            if len(columns) < 2:
+                raise _BadLine(
+                    "columns", f"{path}:{number}: 1 column, expected source<TAB>target (at least 2 "
+                    f"tab-separated columns); fix it, {_SKIP_HINT}"
+                )
+            if expected is not None and len(columns) != expected[0]:
+                raise _BadLine(
+                    "columns", f"{path}:{number}: {len(columns)} tab-separated columns, expected "
+                    f"{expected[0]} as on line {expected[1]}; fix it, {_SKIP_HINT}"
+                )
+            expected = expected or (len(columns), number)
+            for side, column in (("source", columns[0]), ("target", columns[1])):
+                if not column:
+                    raise _BadLine("empty", f"{path}:{number}: the {side} (column "
+                                   f"{1 if side == 'source' else 2}) is empty; fix it, {_SKIP_HINT}")
+        except _BadLine as bad:
+            if not skip_bad_lines:
+                raise UserInputError(str(bad)) from None
+            skipped.add(bad, number)
+            continue
+        references = (columns[1],) + tuple(column for column in columns[2:] if column)
+        yield number, columns[0], columns[1], references
 
 
 def read_tsv(path, header=False, skip_bad_lines=False, flag="--corpus"):
@@ -153,39 +213,60 @@ def read_tsv(path, header=False, skip_bad_lines=False, flag="--corpus"):
     >>> rows[1][3], sum(skipped.values())
     (('Thank you',), 0)
     """
-    rows, skipped, expected = [], _Skipped(path), None
-    for number, line in _raw_lines(path, flag):
+    skipped = SkippedLines(path)
+    rows = list(iter_tsv(path, header, skip_bad_lines, flag, skipped))
+    skipped.warn()
+    return rows, skipped.counts
+
+
+def iter_aligned(source_path, target_path, skip_bad_lines=False, flag="--corpus", skipped=None):
+    """The rows of two aligned text files, one at a time: `read_aligned` as a generator.
+
+    Files of different lengths raise when the shorter one ends.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(folder, "a.de"), "w").write("Guten Tag\\nDanke\\n")
+    >>> _ = open(os.path.join(folder, "a.en"), "w").write("Good day\\nThank you\\n")
+    >>> next(iter_aligned(os.path.join(folder, "a.de"), os.path.join(folder, "a.en")))
+    (1, 'Guten Tag', 'Good day', ('Good day',))
+    """
+    skipped = SkippedLines(f"{source_path} + {target_path}") if skipped is None else skipped
+    paths = (source_path, target_path)
+    sources, targets = _raw_lines(source_path, flag), _raw_lines(target_path, flag)
+    while True:
+        source_line, target_line = next(sources, None), next(targets, None)
+        if source_line is None or target_line is None:
+            break
+        number = source_line[0]
         try:
-            text = _decode(path, number, line)
-            if header and number == 1:
-                continue
-            columns = [column.strip() for column in text.split("\t")]
-            if not any(columns):
-                raise _BadLine("empty", f"{path}:{number}: empty line; delete it, {_SKIP_HINT}")
-            if len(columns) < 2:
-                raise _BadLine(
-                    "columns", f"{path}:{number}: 1 column, expected source<TAB>target (at least 2 "
-                    f"tab-separated columns); fix it, {_SKIP_HINT}"
-                )
-            if expected is not None and len(columns) != expected[0]:
-                raise _BadLine(
-                    "columns", f"{path}:{number}: {len(columns)} tab-separated columns, expected "
-                    f"{expected[0]} as on line {expected[1]}; fix it, {_SKIP_HINT}"
-                )
-            expected = expected or (len(columns), number)
-            for side, column in (("source", columns[0]), ("target", columns[1])):
-                if not column:
-                    raise _BadLine("empty", f"{path}:{number}: the {side} (column "
-                                   f"{1 if side == 'source' else 2}) is empty; fix it, {_SKIP_HINT}")
+            texts = [_decode(path, number, line).strip() for path, (_, line) in zip(paths, (source_line, target_line))]
+            if not texts[0] and not texts[1]:
+                raise _BadLine("empty", f"{source_path}:{number}: empty line, and line {number} of {target_path} "
+                                        f"is empty too; delete both, {_SKIP_HINT}")
+            for path, other, text in ((source_path, target_path, texts[0]), (target_path, source_path, texts[1])):
+                if not text:
+                    raise _BadLine("empty", f"{path}:{number}: empty line, but line {number} of {other} is "
+                                            f"not; fix it, {_SKIP_HINT}")
         except _BadLine as bad:
             if not skip_bad_lines:
                 raise UserInputError(str(bad)) from None
             skipped.add(bad, number)
             continue
-        references = (columns[1],) + tuple(column for column in columns[2:] if column)
-        rows.append((number, columns[0], columns[1], references))
-    skipped.warn()
-    return rows, skipped.counts
+        yield number, texts[0], texts[1], (texts[1],)
+    if source_line is not None or target_line is not None:
+        longer, shorter, rest = (
+            (source_path, target_path, sources) if source_line is not None else (target_path, source_path, targets)
+        )
+        first_extra = (source_line or target_line)[0]
+        last = first_extra + sum(1 for _ in rest)
+        raise UserInputError(
+            f"{flag}: {longer} has {last} lines but {shorter} has {first_extra - 1}: aligned files need one "
+            f"line each per pair ({longer}:{first_extra} has no partner). A missing line shifts every pair "
+            "after it, so --skip-bad-lines does not apply: find where the files part and fix them."
+        )
 
 
 def read_aligned(source_path, target_path, skip_bad_lines=False, flag="--corpus"):
@@ -215,40 +296,8 @@ def read_aligned(source_path, target_path, skip_bad_lines=False, flag="--corpus"
     >>> rows[1]
     (2, 'Danke', 'Thank you', ('Thank you',))
     """
-    rows, skipped = [], _Skipped(f"{source_path} + {target_path}")
-    paths = (source_path, target_path)
-    sources, targets = _raw_lines(source_path, flag), _raw_lines(target_path, flag)
-    while True:
-        source_line, target_line = next(sources, None), next(targets, None)
-        if source_line is None or target_line is None:
-            break
-        number = source_line[0]
-        try:
-            texts = [_decode(path, number, line).strip() for path, (_, line) in zip(paths, (source_line, target_line))]
-            if not texts[0] and not texts[1]:
-                raise _BadLine("empty", f"{source_path}:{number}: empty line, and line {number} of {target_path} "
-                                        f"is empty too; delete both, {_SKIP_HINT}")
-            for path, other, text in ((source_path, target_path, texts[0]), (target_path, source_path, texts[1])):
-                if not text:
-                    raise _BadLine("empty", f"{path}:{number}: empty line, but line {number} of {other} is "
-                                            f"not; fix it, {_SKIP_HINT}")
-        except _BadLine as bad:
-            if not skip_bad_lines:
-                raise UserInputError(str(bad)) from None
-            skipped.add(bad, number)
-            continue
-        rows.append((number, texts[0], texts[1], (texts[1],)))
-    if source_line is not None or target_line is not None:
-        longer, shorter, rest = (
-            (source_path, target_path, sources) if source_line is not None else (target_path, source_path, targets)
-        )
-        first_extra = (source_line or target_line)[0]
-        last = first_extra + sum(1 for _ in rest)
-        raise UserInputError(
-            f"{flag}: {longer} has {last} lines but {shorter} has {first_extra - 1}: aligned files need one "
-            f"line each per pair ({longer}:{first_extra} has no partner). A missing line shifts every pair "
-            "after it, so --skip-bad-lines does not apply: find where the files part and fix them."
-        )
+    skipped = SkippedLines(f"{source_path} + {target_path}")
+    rows = list(iter_aligned(source_path, target_path, skip_bad_lines, flag, skipped))
     skipped.warn()
     return rows, skipped.counts
 
@@ -269,4 +318,7 @@ def is_gzip(path):
         return f.read(2) == b"\x1f\x8b"
 
 
-__all__ = ["BAD_LINE_KINDS", "first_line", "is_gzip", "read_aligned", "read_tsv"]
+__all__ = [
+    "BAD_LINE_KINDS", "SkippedLines", "first_line", "is_gzip", "iter_aligned", "iter_tsv", "read_aligned",
+    "read_tsv",
+]
