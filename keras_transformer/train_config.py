@@ -9,6 +9,7 @@ import dataclasses
 import os
 
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
+from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
 
 PRESETS = {
@@ -119,6 +120,12 @@ class TrainConfig:
             instead of stopping at the first.
         source_language, target_language: names such as "de" and "en",
             labels only (the default output folder, the summary).
+        stream: read the train pairs line by line inside `tf.data` instead
+            of holding the corpus in memory (see `train_input`): for a
+            corpus larger than memory. Needs TensorFlow. Defaults to False.
+        vocabulary_sample: the vocabulary is learned from at most this many
+            train sentences (both sides of half as many pairs, a uniform
+            sample seeded by `seed`). Defaults to 200,000.
 
     Example:
 
@@ -159,6 +166,8 @@ class TrainConfig:
     skip_bad_lines: bool = False
     source_language: str = None
     target_language: str = None
+    stream: bool = False
+    vocabulary_sample: int = DEFAULT_VOCABULARY_SAMPLE
 
     def parallel_corpus(self):
         """The `ParallelCorpus` the corpus fields name (checked when resolved).
@@ -237,6 +246,17 @@ class TrainConfig:
             raise UserInputError(
                 "--input-pipeline tf.data needs TensorFlow, which does not import here: "
                 "pip install tensorflow, or use --input-pipeline python (the same batches, no TensorFlow)."
+            )
+        if self.vocabulary_sample < 2:
+            raise UserInputError(
+                f"--vocabulary-sample must be at least 2 sentences (one pair), got {self.vocabulary_sample}."
+            )
+        if self.stream and (self.input_pipeline == "python" or not tensorflow_imports()):
+            raise UserInputError(
+                "--stream reads and tokenizes the corpus inside tf.data, which needs TensorFlow"
+                + (", not --input-pipeline python" if tensorflow_imports() else
+                   " (it does not import here: pip install tensorflow tensorflow-text)")
+                + "; or leave out --stream to read the corpus into memory."
             )
         if self.distribute not in (None, *DISTRIBUTE_MODES):
             raise UserInputError(f"--distribute must be data or model, got {self.distribute!r}.")

@@ -10,8 +10,11 @@ the vocabulary, the config and the logs. `keras-transformer train` is a thin lay
 The batches come from `tf.data` wherever TensorFlow imports, else from a
 `keras.utils.PyDataset` tokenized with the `sentencepiece` library
 (`input_pipeline`): the same batches either way (one NumPy batch plan), so
-a run can even resume on the other one. TensorFlow is imported only on the
-`tf.data` path, for TensorBoard logs and for `tf.distribute`.
+a run can even resume on the other one. With `stream=True` the corpus is
+never held: it is scanned once and the train pairs stream through
+`tf.data` (`train_input`, which reads the corpus and builds the batches in
+either mode). TensorFlow is imported only on the `tf.data` path, for
+TensorBoard logs and for `tf.distribute`.
 
 Training runs as `epochs` "virtual epochs" of `steps_per_epoch` steps over a
 repeated dataset. A backup is written at the end of each one, so a killed
@@ -31,10 +34,10 @@ import os
 import time
 
 import keras
-import numpy as np
 
 from keras_transformer import distribute
 from keras_transformer import run_folder
+from keras_transformer import train_input
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import tensorflow_imports
@@ -98,51 +101,6 @@ def _non_finite_loss_error(stop, config):
         )
     return UserInputError(
         f"the training loss became {stop.value} at step {stop.step}; training stopped there. {kept}. {advice}"
-    )
-
-
-def _one_pass(dataset):
-    if isinstance(dataset, keras.utils.PyDataset):
-        return (dataset[i] for i in range(dataset.num_batches))
-    return iter(dataset)
-
-
-def _token_statistics(dataset):
-    """Batches, real tokens and padding fraction of one pass over a dataset."""
-    batches = real = total = 0
-    for inputs, labels in _one_pass(dataset):
-        batches += 1
-        for tokens in (inputs["encoder_tokens"], labels):
-            tokens = np.asarray(tokens)
-            real += int(np.count_nonzero(tokens))
-            total += int(tokens.size)
-    return batches, real, 1.0 - real / max(total, 1)
-
-
-def _input_pipeline(config, vocabulary_path):
-    """The pipeline's name, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
-    name = config.input_pipeline
-    if name == "auto":
-        name = "tf.data" if tensorflow_imports() else "python"
-    if name == "tf.data":
-        from keras_transformer.data import pipeline
-        from keras_transformer.data.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(vocabulary_path)
-
-        def batches(tokens, start=0, **options):
-            dataset = pipeline.translation_dataset(tokens, **options)
-            return dataset.skip(start) if start else dataset
-
-        return name, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)), batches
-    from keras_transformer.data import python_pipeline
-    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
-
-    tokenizer = SentencePieceTokenizer(vocabulary_path)
-    return (
-        name,
-        lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, config.max_length),
-        lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
     )
 
 
@@ -228,9 +186,10 @@ def train_translator(
 ):
     """Trains (or resumes) a translator as `config` says; returns a summary dict.
 
-    Before it writes anything it reads the whole corpus (a bad line is an
-    error, or with `skip_bad_lines` a warning; so is an empty train or dev
-    split). Before the first step it checks the output folder (writable,
+    Before it writes anything it reads the whole corpus (with `stream`:
+    scans it once, keeping the dev and test pairs and a vocabulary sample;
+    a bad line is an error, or with `skip_bad_lines` a warning; so is an
+    empty train or dev split). Before the first step it checks the output folder (writable,
     same run, enough free space for the model and its backups) and the
     backups it would resume from; a NaN or infinite loss stops training at that step
     with a `UserInputError` and leaves the last good backup in place.
@@ -258,8 +217,8 @@ def train_translator(
     config = config.resolved()
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
-    splits = config.parallel_corpus().read()
-    splits.require("train"), splits.require("dev")
+    # Streamed (--stream), it is scanned once instead, keeping what is small.
+    corpus_data = train_input.read_corpus(config)
     recorded_epochs = run_folder.prepare_output(config, overwrite=overwrite)
     if config.mixed_precision:
         keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}")
@@ -270,13 +229,13 @@ def train_translator(
         # Before the model is built: its variables are created sharded.
         keras.distribution.set_distribution(placement.distribution)
     try:
-        return _train(config, splits, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences)
+        return _train(config, corpus_data, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences)
     finally:
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 
 
-def _train(config, splits, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
+def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log, callbacks, sample_sentences):
     from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
@@ -287,44 +246,13 @@ def _train(config, splits, placement, recorded_epochs, start, verbose, log, call
     random_states = run_folder.read_progress(output).get("random_states")
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
-    train_pairs, dev_pairs = splits.require("train"), splits.require("dev")
     vocabulary_path = os.path.join(output, run_folder.VOCABULARY_FILE)
     if epochs_done == 0 or not os.path.exists(vocabulary_path):
-        texts = [p.source for p in train_pairs] + [p.target for p in train_pairs]
-        try:
-            tokenizer_lib.train_tokenizer(texts, config.vocabulary_size, path=vocabulary_path)
-        except ValueError as error:  # e.g. more pieces than the corpus supports
-            raise UserInputError(f"--vocabulary-size: {error}")
-    input_pipeline, tokenize, batches = _input_pipeline(config, vocabulary_path)
-    if input_pipeline == "tf.data":
-        log("input pipeline: tf.data, tokenized with KerasHub")
-    else:
-        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library)"
-            + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
-    train_tokens = tokenize(train_pairs)
-    dev_tokens = tokenize(dev_pairs)
-    languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
-    skipped = sum(splits.skipped.values())
-    log(
-        f"corpus: {languages} ({splits.format}), {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
-        f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens"
-        + (f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else "")
+        train_input.learn_vocabulary(config, corpus_data, vocabulary_path)
+    data = train_input.train_data(
+        config, corpus_data, vocabulary_path, placement, epochs_done * config.steps_per_epoch, log
     )
-    batching = dict(
-        batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
-        batch_multiple=placement.batch_multiple, bucket_width=config.bucket_width,
-    )
-    epoch_batches, epoch_tokens, padding = _token_statistics(batches(train_tokens, shuffle=False, **batching))
-    log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
-        + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
-    # Every iterator over it yields the same batches (one batch plan), so a
-    # resumed or distributed run trains on the same data; a resumed one
-    # starts after the batches it trained on.
-    train_data = batches(train_tokens, repeat=True, start=epochs_done * config.steps_per_epoch, **batching)
-    train_data = distribute.for_devices(train_data, placement)
-    # A known number of batches: Keras does not warn "ran out of data" after
-    # each validation pass.
-    dev_data = distribute.for_devices(batches(dev_tokens, shuffle=False, **batching), placement)
+    train_data, dev_data, dev_pairs = data.train, data.dev, corpus_data.splits["dev"]
 
     log(
         f"model: preset {config.preset}, {model.count_params():,} parameters, "
@@ -374,23 +302,24 @@ def _train(config, splits, placement, recorded_epochs, start, verbose, log, call
         "train_loss": history.history["loss"][-1] if history.history.get("loss") else None,
         "dev_loss": float(dev_loss),
         "dev_token_accuracy": float(dev_accuracy),
-        "tokens_per_second": trained_steps * epoch_tokens / epoch_batches / fit_seconds,
-        "padding_fraction": padding,
+        "tokens_per_second": trained_steps * data.tokens_per_batch / fit_seconds,
+        "padding_fraction": data.padding,
         "completed_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "trained_steps_this_run": trained_steps,
         "fit_seconds": fit_seconds,
         "wall_seconds": time.time() - start,
         "parameters": model.count_params(),
         "backend": keras.backend.backend(),
-        "input_pipeline": input_pipeline,
+        "input_pipeline": data.pipeline,
+        "stream": config.stream,
         "devices": placement.devices,
         "output": output,
-        "corpus_format": splits.format,
-        "source_language": splits.source_language,
-        "target_language": splits.target_language,
-        "train_pairs": len(train_pairs),
+        "corpus_format": corpus_data.splits.format,
+        "source_language": corpus_data.splits.source_language,
+        "target_language": corpus_data.splits.target_language,
+        "train_pairs": corpus_data.train_pairs,
         "dev_pairs": len(dev_pairs),
-        "skipped_lines": dict(splits.skipped),
+        "skipped_lines": dict(corpus_data.splits.skipped),
         **sample,
     }
     run_folder.write_json(os.path.join(output, run_folder.SUMMARY_FILE), summary)

@@ -171,6 +171,13 @@ def _add_train_arguments(parser):
     parser.add_argument("--input-pipeline", choices=("auto", "tf.data", "python"), default="auto",
                         help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
                              "no TensorFlow; the same batches (auto = tf.data where TensorFlow imports)")
+    parser.add_argument("--stream", action="store_true", default=False,
+                        help="read and tokenize the train pairs line by line inside tf.data instead of holding the "
+                             "corpus in memory: for a corpus larger than memory; needs TensorFlow "
+                             "(default: in memory)")
+    parser.add_argument("--vocabulary-sample", type=_positive_int, default=200_000, metavar="SENTENCES",
+                        help="learn the vocabulary from at most this many train sentences, a uniform sample "
+                             "seeded by --seed")
     parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
                         help="--no-flash-attention: the explicit float32-softmax attention instead of the "
                              "backend's fused kernel, the fallback if a fused kernel gives NaN; a resumed "

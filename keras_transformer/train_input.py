@@ -1,0 +1,205 @@
+"""The trainer's input: the corpus read (or scanned), the vocabulary learned, the batches.
+
+Two modes, chosen by `TrainConfig.stream` (`--stream`), never by size:
+
+- **in memory** (the default): the corpus is read whole, tokenized once,
+  and batched by a NumPy `BatchPlan` that the `tf.data` pipeline and the
+  TensorFlow-free `keras.utils.PyDataset` share: both yield the same
+  batches, and a resumed run continues on exactly the batches an
+  uninterrupted one would have trained on, on either pipeline.
+- **streamed**: the corpus is scanned once (`data.corpus_scan`: bad lines,
+  the pair count, the dev and test pairs, the vocabulary sample), then the
+  train pairs stream through `data.streaming.streamed_dataset`, tokenized
+  inside `tf.data`. Memory stays bounded as the corpus grows. A resumed
+  run skips the batches it trained on, so its batches are still exactly
+  an uninterrupted run's; the skipped ones are read and tokenized again.
+  Needs TensorFlow (refused without it).
+
+Either way the vocabulary is learned from at most `vocabulary_sample`
+sentences of the train split (`data.corpus_scan.vocabulary_texts`), the
+same sample in both modes.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from keras_transformer import distribute
+from keras_transformer.errors import UserInputError
+from keras_transformer.train_config import tensorflow_imports
+
+
+@dataclasses.dataclass
+class CorpusData:
+    """A run's corpus after the read (in memory) or the scan (streamed)."""
+
+    splits: object  # CorpusSplits; its "train" list is empty when streamed
+    train_pairs: int
+    vocabulary_texts: object  # a callable giving the vocabulary's texts
+
+
+def read_corpus(config):
+    """Reads (or, streamed, scans) the corpus of a resolved `TrainConfig`; nothing is written.
+
+    Raises:
+        UserInputError: a bad line (file and line named), no train or no
+            dev pairs.
+    """
+    from keras_transformer.data import corpus_scan
+
+    corpus = config.parallel_corpus()
+    if config.stream:
+        scan = corpus_scan.scan_corpus(corpus, config.vocabulary_sample, config.seed)
+        scan.splits.require("dev")
+        return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts)
+    splits = corpus.read()
+    train = splits.require("train")
+    splits.require("dev")
+    return CorpusData(
+        splits, len(train), lambda: corpus_scan.vocabulary_texts(train, config.vocabulary_sample, config.seed)
+    )
+
+
+def learn_vocabulary(config, corpus_data, path):
+    """Trains the joint SentencePiece vocabulary into `path`."""
+    from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+
+    try:
+        train_tokenizer(corpus_data.vocabulary_texts(), config.vocabulary_size, path=path)
+    except ValueError as error:  # e.g. more pieces than the corpus supports
+        raise UserInputError(f"--vocabulary-size: {error}")
+
+
+@dataclasses.dataclass
+class TrainData:
+    """What `model.fit` reads, and what the log and the summary say about it."""
+
+    pipeline: str  # "tf.data" or "python"
+    train: object  # endless, after the batches a resumed run trained on
+    dev: object
+    batches_per_pass: int  # None when streamed (not counted)
+    tokens_per_batch: float  # real tokens per batch (source + target)
+    padding: float
+
+
+def _one_pass(dataset):
+    if isinstance(dataset, keras.utils.PyDataset):
+        return (dataset[i] for i in range(dataset.num_batches))
+    return iter(dataset)
+
+
+def token_statistics(dataset):
+    """Batches, real tokens and padding fraction of one pass over a dataset."""
+    batches = real = total = 0
+    for inputs, labels in _one_pass(dataset):
+        batches += 1
+        for tokens in (inputs["encoder_tokens"], labels):
+            tokens = np.asarray(tokens)
+            real += int(np.count_nonzero(tokens))
+            total += int(tokens.size)
+    return batches, real, 1.0 - real / max(total, 1)
+
+
+def _input_pipeline(config, vocabulary_path):
+    """The pipeline's name, its tokenizer, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
+    name = config.input_pipeline
+    if name == "auto":
+        name = "tf.data" if tensorflow_imports() else "python"
+    if name == "tf.data":
+        from keras_transformer.data import pipeline
+        from keras_transformer.data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(vocabulary_path)
+
+        def batches(tokens, start=0, **options):
+            dataset = pipeline.translation_dataset(tokens, **options)
+            return dataset.skip(start) if start else dataset
+
+        return name, tokenizer, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)), batches
+    from keras_transformer.data import python_pipeline
+    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    tokenizer = SentencePieceTokenizer(vocabulary_path)
+    return (
+        name,
+        tokenizer,
+        lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, config.max_length),
+        lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
+    )
+
+
+def train_data(config, corpus_data, vocabulary_path, placement, start_step, log):
+    """The train and dev batches of a run, the train stream starting at batch `start_step`.
+
+    Logs the pipeline, the corpus and the batches in three lines.
+    """
+    name, tokenizer, tokenize, batches = _input_pipeline(config, vocabulary_path)
+    if name == "tf.data":
+        log("input pipeline: tf.data, " + (
+            "streamed: the train pairs read and tokenized inside tf.data (KerasHub's SentencePiece op)"
+            if config.stream else "tokenized with KerasHub"))
+    else:
+        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library)"
+            + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
+    splits = corpus_data.splits
+    dev_pairs = splits.require("dev")
+    dev_tokens = tokenize(dev_pairs)
+    batching = dict(
+        batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
+        batch_multiple=placement.batch_multiple, bucket_width=config.bucket_width,
+    )
+    # A known number of batches: Keras does not warn "ran out of data" after
+    # each validation pass.
+    dev = distribute.for_devices(batches(dev_tokens, shuffle=False, **batching), placement)
+    languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
+    skipped = sum(splits.skipped.values())
+    skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
+    if config.stream:
+        train = _streamed_train(config, corpus_data.train_pairs, tokenizer, placement, start_step, log)
+        # The dev split is a hash sample of the same corpus: its batches
+        # estimate the train batches' tokens and padding without a pass.
+        dev_batches, dev_tokens_real, padding = token_statistics(batches(dev_tokens, shuffle=False, **batching))
+        log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev "
+            f"pairs, streamed; {dev_tokens.num_truncated} of the dev pairs truncated to {config.max_length} "
+            f"tokens{skipped}")
+        log(f"batches: streamed, {padding:.1%} padding tokens (estimated on the dev pairs)")
+        return TrainData(name, train, dev, None, dev_tokens_real / max(dev_batches, 1), padding)
+    train_tokens = tokenize(splits["train"])
+    log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev pairs, "
+        f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens{skipped}")
+    epoch_batches, epoch_tokens, padding = token_statistics(batches(train_tokens, shuffle=False, **batching))
+    log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
+        + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
+    # Every iterator over it yields the same batches (one batch plan), so a
+    # resumed or distributed run trains on the same data; a resumed one
+    # starts after the batches it trained on.
+    train = distribute.for_devices(batches(train_tokens, repeat=True, start=start_step, **batching), placement)
+    return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding)
+
+
+def _streamed_train(config, train_pairs, tokenizer, placement, start_step, log):
+    from keras_transformer.data.streaming import SHUFFLE_BUFFER
+    from keras_transformer.data.streaming import streamed_dataset
+
+    # A buffer larger than the corpus would only hold several copies of it.
+    options = dict(batch_tokens=config.batch_tokens, seed=config.seed, batch_multiple=placement.batch_multiple,
+                   shuffle_buffer=min(SHUFFLE_BUFFER, train_pairs),
+                   bucket_width=config.bucket_width if config.bucket else config.max_length)
+    hosts = placement.num_processes
+    if hosts > 1:
+        # Each host reads every hosts-th pair and makes its own slice of the
+        # global batch; all padded to max_length so the slices have one shape.
+        options.update(batch_tokens=config.batch_tokens // hosts, shard=(placement.process_id, hosts),
+                       batch_multiple=max(1, placement.batch_multiple // hosts), bucket_width=config.max_length)
+        log(f"stream: host {placement.process_id} of {hosts} reads every {hosts}-th train pair from pair "
+            f"{placement.process_id}; batches padded to --max-length {config.max_length}")
+    dataset = streamed_dataset(config.parallel_corpus(), tokenizer, config.max_length, **options)
+    if start_step:
+        log(f"stream: skipping the {start_step} batches trained on before (read and tokenized again)")
+        dataset = dataset.skip(start_step)
+    return dataset if hosts > 1 else distribute.for_devices(dataset, placement)
+
+
+__all__ = ["CorpusData", "TrainData", "learn_vocabulary", "read_corpus", "token_statistics",
+           "train_data"]

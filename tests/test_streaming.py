@@ -1,0 +1,167 @@
+"""A corpus that streams (`--stream`): the same pairs as in memory, bounded vocabulary sample, exact resume."""
+
+import collections
+import pathlib
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer_cli as cli
+from keras_transformer.data import ParallelCorpus
+from keras_transformer.data.batch_plan import padded_lengths
+from keras_transformer.data.corpus_scan import VocabularySample
+from keras_transformer.data.corpus_scan import scan_corpus
+from keras_transformer.errors import UserInputError
+from keras_transformer.train_config import TrainConfig
+
+pytestmark = pytest.mark.backend_independent
+tf = pytest.importorskip("tensorflow")
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+TSV = str(FIXTURES / "bible_fr_en_small.tsv")
+CORPUS = ParallelCorpus(TSV, dev_fraction=0.1, test_fraction=0.1)
+RUN = dict(
+    corpus=TSV, dev_fraction=0.1, test_fraction=0.1, preset="tiny", num_layers=1, d_model=16, num_heads=2,
+    ff_dim=32, max_length=24, vocabulary_size=300, batch_tokens=240, warmup_steps=2, steps_per_epoch=2,
+)
+QUIET = dict(verbose=0, log=lambda message: None, sample_sentences=0)
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    from keras_transformer.data.tokenizer import train_tokenizer
+
+    return train_tokenizer([text for pair in CORPUS.read()["train"] for text in (pair.source, pair.target)], 300)
+
+
+@pytest.fixture
+def tokenizer(vocabulary):
+    # Per test: the session reset between tests drops the SentencePiece op's resource.
+    from keras_transformer.data.tokenizer import load_tokenizer
+
+    return load_tokenizer(vocabulary)
+
+
+def _streamed(tokenizer, max_length, **options):
+    from keras_transformer.data.streaming import streamed_dataset
+
+    return streamed_dataset(CORPUS, tokenizer, max_length, batch_tokens=240, **options)
+
+
+def test_one_streamed_pass_holds_the_pairs_of_an_in_memory_epoch_truncated_alike(tokenizer):
+    from keras_transformer.data import pipeline
+    from keras_transformer.data.streaming import pairs_of_batches
+
+    max_length = 16  # truncates: the verses are longer
+    tokens = pipeline.tokenize_pairs(CORPUS.read()["train"], tokenizer, max_length)
+    assert tokens.num_truncated > 10
+    in_memory = collections.Counter(pairs_of_batches(pipeline.translation_dataset(tokens, batch_tokens=240)))
+    streamed_batches = list(_streamed(tokenizer, max_length, repeat=False, shuffle_buffer=50))
+    streamed = collections.Counter(pairs_of_batches(streamed_batches))
+    assert streamed == in_memory and sum(streamed.values()) == len(tokens)
+    assert max(len(source) for source, _ in streamed) == max_length
+    assert max(len(target) for _, target in streamed) == max_length - 1
+    for inputs, labels in streamed_batches:
+        rows, length = labels.shape
+        assert length in padded_lengths(max_length) and rows * length <= 240
+        assert inputs["encoder_tokens"].shape == inputs["decoder_tokens"].shape == labels.shape
+
+
+def test_a_resumed_stream_skips_to_the_batches_an_uninterrupted_one_reaches_across_passes(tokenizer):
+    stream = _streamed(tokenizer, 24, shuffle_buffer=30, seed=3)
+    whole = [labels.numpy() for _, labels in stream.take(40)]  # ~13 batches a pass: 3 passes
+    resumed = [labels.numpy() for _, labels in stream.skip(25).take(15)]
+    assert len(whole) == 40 and all(np.array_equal(a, b) for a, b in zip(whole[25:], resumed))
+    other_seed = [labels.numpy() for _, labels in _streamed(tokenizer, 24, shuffle_buffer=30, seed=4).take(5)]
+    assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(whole, other_seed))
+
+
+def test_host_shards_partition_the_train_pairs():
+    from keras_transformer.data.streaming import train_chunks
+
+    def sources(shard):
+        return [s for chunk_sources, _ in train_chunks(CORPUS, shard=shard, chunk=7) for s in chunk_sources]
+
+    everything = sources((0, 1))
+    first, second = sources((0, 2)), sources((1, 2))
+    assert len(everything) == len(CORPUS.read()["train"])
+    assert sorted(first + second) == sorted(everything) and first[:2] == everything[0:3:2]
+
+
+def test_a_bad_line_stops_the_scan_with_its_file_and_line_or_is_skipped_with_one_warning(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    lines = [f"phrase {i}\tsentence {i}" for i in range(8)]
+    lines[4] = "only one column"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserInputError, match=r"pairs\.tsv:5: 1 column"):
+        scan_corpus(ParallelCorpus(str(path), dev_fraction=0.3))
+    corpus = ParallelCorpus(str(path), dev_fraction=0.3, test_fraction=0.0, skip_bad_lines=True)
+    with pytest.warns(UserWarning, match=r"pairs\.tsv: skipped 1 bad line: 1 with the wrong number of columns"):
+        scan = scan_corpus(corpus)
+    assert scan.train_pairs + len(scan.splits["dev"]) == 7 and scan.splits.skipped["columns"] == 1
+    from keras_transformer.data.streaming import train_chunks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the stream does not warn again, pass after pass
+        streamed = [s for sources, _ in train_chunks(corpus) for s in sources]
+    assert len(streamed) == scan.train_pairs and "only one column" not in streamed
+
+
+def test_the_vocabulary_sample_is_bounded_uniform_seeded_and_the_same_read_or_scanned():
+    sample = VocabularySample(100, seed=0)
+    for i in range(10_000):
+        sample.add(f"s{i}", f"t{i}")
+    texts = sample.texts()
+    indices = [int(text[1:]) for text in texts[:50]]
+    assert len(texts) == 100 and texts[50:] == [f"t{i}" for i in indices] and indices == sorted(indices)
+    assert max(indices) > 5_000  # not just the first pairs
+    other = VocabularySample(100, seed=1)
+    for i in range(10_000):
+        other.add(f"s{i}", f"t{i}")
+    assert other.texts() != texts
+    from keras_transformer import train_input
+
+    config = TrainConfig(vocabulary_sample=60, **RUN).resolved()
+    scanned = train_input.read_corpus(TrainConfig(**{**vars(config), "stream": True}))
+    read = train_input.read_corpus(config)
+    assert scanned.vocabulary_texts() == read.vocabulary_texts() and len(read.vocabulary_texts()) == 60
+    assert scanned.train_pairs == read.train_pairs and scanned.splits["train"] == []
+    assert scanned.splits["dev"] == read.splits["dev"]
+
+
+def test_a_streamed_run_writes_a_model_and_a_resumed_one_ends_with_the_uninterrupted_model(tmp_path):
+    from keras_transformer.trainer import train_translator
+
+    messages = []
+    whole = train_translator(TrainConfig(output=str(tmp_path / "whole"), stream=True, epochs=2, **RUN),
+                             **{**QUIET, "log": messages.append})
+    assert whole["stream"] and whole["completed_steps"] == 4 and (tmp_path / "whole" / "model.keras").exists()
+    assert whole["train_pairs"] == len(CORPUS.read()["train"])
+    assert any("streamed" in message for message in messages), messages
+    first = train_translator(TrainConfig(output=str(tmp_path / "resumed"), stream=True, epochs=1, **RUN), **QUIET)
+    assert first["completed_steps"] == 2
+    messages = []
+    resumed = train_translator(TrainConfig(output=str(tmp_path / "resumed"), stream=True, epochs=2, **RUN),
+                               **{**QUIET, "log": messages.append})
+    assert resumed["trained_steps_this_run"] == 2
+    assert any("skipping the 2 batches" in message for message in messages), messages
+    for path in ("whole", "resumed"):
+        model = keras.saving.load_model(tmp_path / path / "model.keras", compile=False)
+        weights = [keras.ops.convert_to_numpy(w) for w in model.weights]
+        if path == "whole":
+            reference = weights
+    for got, want in zip(weights, reference):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_stream_flags_reach_the_config_and_stream_without_tf_data_is_refused_in_one_line():
+    args = cli.build_parser().parse_args(["train", "--stream", "--vocabulary-sample", "1000"])
+    assert (args.stream, args.vocabulary_sample) == (True, 1000)
+    assert cli.build_parser().parse_args(["train"]).stream is False
+    with pytest.raises(UserInputError, match=r"^--stream reads and tokenizes the corpus inside tf.data.*"
+                                             r"not --input-pipeline python"):
+        TrainConfig(stream=True, input_pipeline="python", **RUN).resolved()
+    with pytest.raises(UserInputError, match="--vocabulary-sample must be at least 2"):
+        TrainConfig(vocabulary_sample=1, **RUN).resolved()
