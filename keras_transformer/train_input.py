@@ -156,15 +156,21 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     skipped = sum(splits.skipped.values())
     skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
     if config.stream:
+        from keras_transformer.data.streaming import expected_batch_tokens
+
         train = _streamed_train(config, corpus_data.train_pairs, tokenizer, placement, start_step, log)
-        # The dev split is a hash sample of the same corpus: its batches
-        # estimate the train batches' tokens and padding without a pass.
-        dev_batches, dev_tokens_real, padding = token_statistics(batches(dev_tokens, shuffle=False, **batching))
+        # The dev split is a hash sample of the same corpus: it estimates the
+        # train batches' tokens and padding without a pass over them.
+        tokens_per_batch, padding = expected_batch_tokens(
+            dev_tokens.sources.row_lengths().numpy(), dev_tokens.targets.row_lengths().numpy(), config.max_length,
+            batch_tokens=config.batch_tokens, batch_multiple=placement.batch_multiple,
+            bucket_width=config.bucket_width if config.bucket else config.max_length,
+        )
         log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev "
             f"pairs, streamed; {dev_tokens.num_truncated} of the dev pairs truncated to {config.max_length} "
             f"tokens{skipped}")
         log(f"batches: streamed, {padding:.1%} padding tokens (estimated on the dev pairs)")
-        return TrainData(name, train, dev, None, dev_tokens_real / max(dev_batches, 1), padding)
+        return TrainData(name, train, dev, None, tokens_per_batch, padding)
     train_tokens = tokenize(splits["train"])
     log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev pairs, "
         f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens{skipped}")

@@ -147,7 +147,7 @@ def streamed_dataset(
     if not isinstance(batch_tokens, int) or batch_tokens < max_length:
         raise ValueError(f"`batch_tokens` must be an int >= max_length={max_length}; received {batch_tokens!r}")
     lengths = padded_lengths(max_length, bucket_width)
-    sizes = [max(batch_multiple, batch_tokens // length // batch_multiple * batch_multiple) for length in lengths]
+    sizes = _batch_sizes(lengths, batch_tokens, batch_multiple)
     lengths_table = tf.constant(lengths, tf.int64)
     sizes_table = tf.constant(sizes, tf.int64)
 
@@ -187,6 +187,43 @@ def streamed_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def _batch_sizes(lengths, batch_tokens, batch_multiple):
+    return [max(batch_multiple, batch_tokens // length // batch_multiple * batch_multiple) for length in lengths]
+
+
+def expected_batch_tokens(source_lengths, target_lengths, max_length, *, batch_tokens=4096, batch_multiple=1,
+                          bucket_width=BUCKET_WIDTH):
+    """Real tokens per streamed batch, and the padding fraction, expected from a sample of pairs.
+
+    A streamed corpus is never counted; its dev split, a hash sample of
+    the same pairs, tells what its batches hold: a pair of bucket `L`
+    fills `1 / size(L)` of a batch, so the expected real tokens (source +
+    target + END, as the trainer counts them) per batch are the sample's
+    tokens over its fractional number of batches.
+
+    Args:
+        source_lengths, target_lengths: int arrays, the sample's truncated
+            token counts (targets without START and END).
+        max_length, batch_tokens, batch_multiple, bucket_width: as
+            `streamed_dataset`.
+
+    Returns:
+        `(tokens_per_batch, padding_fraction)`.
+
+    Example:
+
+    >>> expected_batch_tokens([3, 2], [2, 1], 8, batch_tokens=16)  # two pairs: one batch of 2 x 8
+    (10.0, 0.6875)
+    """
+    source_lengths = np.asarray(source_lengths, np.int64)
+    real = source_lengths + np.asarray(target_lengths, np.int64) + 1
+    lengths = np.array(padded_lengths(max_length, bucket_width))
+    sizes = np.array(_batch_sizes(lengths, batch_tokens, batch_multiple))
+    buckets = np.searchsorted(lengths, np.maximum(source_lengths, real - source_lengths))
+    batches = np.sum(1.0 / sizes[buckets])
+    return float(real.sum() / batches), float(1.0 - real.sum() / np.sum(2 * lengths[buckets]))
+
+
 def pairs_of_batches(dataset):
     """The `(source ids, target ids)` pairs that the batches of a dataset hold, as tuples.
 
@@ -210,4 +247,4 @@ def pairs_of_batches(dataset):
     return pairs
 
 
-__all__ = ["SHUFFLE_BUFFER", "pairs_of_batches", "streamed_dataset", "train_chunks"]
+__all__ = ["SHUFFLE_BUFFER", "expected_batch_tokens", "pairs_of_batches", "streamed_dataset", "train_chunks"]
