@@ -31,7 +31,7 @@ def _require_tensorflow_backend():
         )
 
 
-def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=0):
+def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=None):
     """A `tf.Module` whose `translate` maps a batch of strings to translations.
 
     Greedy search on the KV cache, as `Translator(beam_width=1)`, with the
@@ -43,7 +43,8 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         model: a `transformer()` model, on the TensorFlow backend.
         vocabulary_proto: bytes of the SentencePiece model (`vocabulary.spm`).
         max_new_tokens: longest translation. Defaults to `max_length - 1`.
-        no_repeat_ngram_size: the loop guard, as `Translator`'s.
+        no_repeat_ngram_size: the loop guard, as `Translator`'s (and by
+            default the same).
 
     Returns:
         A `tf.Module` with a `translate(texts)` `tf.function` taking a
@@ -57,6 +58,10 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     from keras_transformer.decoding import GreedyChoice
     from keras_transformer.decoding import search_tensors
 
+    from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+
+    if no_repeat_ngram_size is None:
+        no_repeat_ngram_size = DEFAULT_NO_REPEAT_NGRAM_SIZE
     decoder = CachedDecoder(model)
     max_length = decoder.max_length
     max_new_tokens = max_new_tokens or max_length - 1
@@ -87,7 +92,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     return module
 
 
-def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=0):
+def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None):
     """Exports a training output folder as a string -> string SavedModel.
 
     Writes `output/` (signature `serving_default`: `texts` -> `translations`)

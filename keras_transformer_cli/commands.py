@@ -65,8 +65,7 @@ def evaluate(args, out):
     print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}"
           f"{result['loop_rate']:>8.1%}", file=out)
     print(result["bleu_signature"], file=out)
-    guard = f"-norepeat{args.no_repeat_ngram}" if args.no_repeat_ngram else ""
-    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}{guard}.json")
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}-norepeat{args.no_repeat_ngram}.json")
     with open(path, "w") as f:
         json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
                   f, indent=2, ensure_ascii=False)

@@ -65,6 +65,13 @@ def test_the_parsers_defaults_are_the_configs():
     assert set(cli.PRESET_NAMES) == set(PRESETS)
 
 
+def test_the_loop_guards_default_is_the_translators():
+    from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+
+    for verb in (["translate", "--model", "m"], ["evaluate", "--model", "m"]):
+        assert cli.build_parser().parse_args(verb).no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE
+
+
 def test_ablate_help_names_the_settings_defaults():
     from keras_transformer import ablation
 
