@@ -37,6 +37,7 @@ class CorpusData:
     splits: object  # CorpusSplits; its "train" list is empty when streamed
     train_pairs: int
     vocabulary_texts: object  # a callable giving the vocabulary's texts
+    train_lines: bytes = None  # streamed: the scan's bit per line (corpus_scan.CorpusScan)
 
 
 def read_corpus(config):
@@ -52,7 +53,7 @@ def read_corpus(config):
     if config.stream:
         scan = corpus_scan.scan_corpus(corpus, config.vocabulary_sample, config.seed)
         scan.splits.require("dev")
-        return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts)
+        return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts, scan.train_lines)
     splits = corpus.read()
     train = splits.require("train")
     splits.require("dev")
@@ -158,7 +159,7 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     if config.stream:
         from keras_transformer.data.streaming import expected_batch_tokens
 
-        train = _streamed_train(config, corpus_data.train_pairs, tokenizer, placement, start_step, log)
+        train = _streamed_train(config, corpus_data, tokenizer, placement, start_step, log)
         # The dev split is a hash sample of the same corpus: it estimates the
         # train batches' tokens and padding without a pass over them.
         tokens_per_batch, padding = expected_batch_tokens(
@@ -184,13 +185,13 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding)
 
 
-def _streamed_train(config, train_pairs, tokenizer, placement, start_step, log):
+def _streamed_train(config, corpus_data, tokenizer, placement, start_step, log):
     from keras_transformer.data.streaming import SHUFFLE_BUFFER
     from keras_transformer.data.streaming import streamed_dataset
 
     # A buffer larger than the corpus would only hold several copies of it.
     options = dict(batch_tokens=config.batch_tokens, seed=config.seed, batch_multiple=placement.batch_multiple,
-                   shuffle_buffer=min(SHUFFLE_BUFFER, train_pairs),
+                   shuffle_buffer=min(SHUFFLE_BUFFER, corpus_data.train_pairs),
                    bucket_width=config.bucket_width if config.bucket else config.max_length)
     hosts = placement.num_processes
     if hosts > 1:
@@ -198,9 +199,11 @@ def _streamed_train(config, train_pairs, tokenizer, placement, start_step, log):
         # global batch; all padded to max_length so the slices have one shape.
         options.update(batch_tokens=config.batch_tokens // hosts, shard=(placement.process_id, hosts),
                        batch_multiple=max(1, placement.batch_multiple // hosts), bucket_width=config.max_length)
-        log(f"stream: host {placement.process_id} of {hosts} reads every {hosts}-th train pair from pair "
-            f"{placement.process_id}; batches padded to --max-length {config.max_length}")
-    dataset = streamed_dataset(config.parallel_corpus(), tokenizer, config.max_length, **options)
+        log(f"stream: host {placement.process_id} of {hosts} keeps every {hosts}-th line from line "
+            f"{placement.process_id + 1}; batches padded to --max-length {config.max_length}")
+    dataset = streamed_dataset(
+        config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length, **options
+    )
     if start_step:
         log(f"stream: skipping the {start_step} batches trained on before (read and tokenized again)")
         dataset = dataset.skip(start_step)

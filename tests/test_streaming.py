@@ -44,10 +44,11 @@ def tokenizer(vocabulary):
     return load_tokenizer(vocabulary)
 
 
-def _streamed(tokenizer, max_length, **options):
+def _streamed(tokenizer, max_length, corpus=CORPUS, **options):
     from keras_transformer.data.streaming import streamed_dataset
 
-    return streamed_dataset(CORPUS, tokenizer, max_length, batch_tokens=240, **options)
+    return streamed_dataset(corpus, scan_corpus(corpus).train_lines, tokenizer, max_length, batch_tokens=240,
+                            **options)
 
 
 def test_one_streamed_pass_holds_the_pairs_of_an_in_memory_epoch_truncated_alike(tokenizer):
@@ -78,16 +79,47 @@ def test_a_resumed_stream_skips_to_the_batches_an_uninterrupted_one_reaches_acro
     assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(whole, other_seed))
 
 
+def _texts(corpus, shard=(0, 1)):
+    from keras_transformer.data.streaming import train_texts
+
+    pairs = []
+    for sources, targets in train_texts(corpus, scan_corpus(corpus).train_lines, shard=shard):
+        pairs += zip((s.decode() for s in sources.numpy()), (t.decode() for t in targets.numpy()))
+    return pairs
+
+
 def test_host_shards_partition_the_train_pairs():
-    from keras_transformer.data.streaming import train_chunks
+    everything = _texts(CORPUS)
+    first, second = _texts(CORPUS, (0, 2)), _texts(CORPUS, (1, 2))
+    assert everything == [(pair.source, pair.target) for pair in CORPUS.read()["train"]]
+    assert sorted(first + second) == sorted(everything) and first and second
+    assert not set(first) & set(second)
 
-    def sources(shard):
-        return [s for chunk_sources, _ in train_chunks(CORPUS, shard=shard, chunk=7) for s in chunk_sources]
 
-    everything = sources((0, 1))
-    first, second = sources((0, 2)), sources((1, 2))
-    assert len(everything) == len(CORPUS.read()["train"])
-    assert sorted(first + second) == sorted(everything) and first[:2] == everything[0:3:2]
+def test_tf_data_reads_the_train_pairs_of_the_python_readers_in_every_format(tmp_path):
+    lines = ["\ufeffphrase 0 \t sentence 0\r", "phrase 1\tsentence 1\tanother reference", "only one column",
+             "", "phrase 4\t\tx", *(f"  phrase {i}\tsentence {i}  " for i in range(5, 3000))]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("header\n" + "\n".join(lines) + "\n")
+    lines[4] = "phrase 4\tx"  # the aligned files have no columns; an empty side instead
+    source, target = tmp_path / "pairs.fr.gz", tmp_path / "pairs.en.gz"
+    import gzip
+
+    with gzip.open(source, "wt") as f:
+        f.write("\n".join(line.split("\t")[0] for line in lines) + "\n")
+    with gzip.open(target, "wt") as f:
+        f.write("\n".join((line.split("\t") + [""])[1] for line in lines) + "\n")
+    from keras_transformer.data import corpus as bible
+
+    for corpus in (
+        ParallelCorpus(str(tsv), header=True, skip_bad_lines=True),
+        ParallelCorpus((str(source), str(target)), skip_bad_lines=True),
+        ParallelCorpus(bible.DEFAULT_CORPUS_PATH),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = [(pair.source, pair.target) for pair in corpus.read()["train"]]
+            assert _texts(corpus) == expected and len(expected) > 2000, corpus
 
 
 def test_a_bad_line_stops_the_scan_with_its_file_and_line_or_is_skipped_with_one_warning(tmp_path):
@@ -101,11 +133,11 @@ def test_a_bad_line_stops_the_scan_with_its_file_and_line_or_is_skipped_with_one
     with pytest.warns(UserWarning, match=r"pairs\.tsv: skipped 1 bad line: 1 with the wrong number of columns"):
         scan = scan_corpus(corpus)
     assert scan.train_pairs + len(scan.splits["dev"]) == 7 and scan.splits.skipped["columns"] == 1
-    from keras_transformer.data.streaming import train_chunks
+    from keras_transformer.data.streaming import train_texts
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the stream does not warn again, pass after pass
-        streamed = [s for sources, _ in train_chunks(corpus) for s in sources]
+        streamed = [s.decode() for sources, _ in train_texts(corpus, scan.train_lines) for s in sources.numpy()]
     assert len(streamed) == scan.train_pairs and "only one column" not in streamed
 
 

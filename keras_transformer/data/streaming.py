@@ -1,13 +1,13 @@
 """Train pairs -> token ids -> batches, streamed: the corpus is never held in memory.
 
-`streamed_dataset` reads the train split line by line (the readers of
-`parallel_files`, split by `ParallelCorpus.iter_pairs`, in chunks of 1024
-pairs through `tf.data.Dataset.from_generator`), tokenizes inside the
-pipeline (`map` with KerasHub's tokenizer, i.e. tensorflow-text's
-SentencePiece op), truncates, shuffles in a bounded buffer, and groups the
-pairs by padded length into batches of about `batch_tokens` tokens
-(`group_by_window`). Memory is bounded by the shuffle buffer and the
-buckets, not by the corpus.
+`streamed_dataset` reads the train split line by line in `tf.data`
+(`TextLineDataset`, chunks of 1024 lines, the train lines picked by the
+bit per line that `corpus_scan.scan_corpus` wrote), tokenizes inside the
+pipeline (`map` over whole chunks with KerasHub's tokenizer, i.e.
+tensorflow-text's SentencePiece op), truncates, shuffles in a bounded
+buffer, and groups the pairs by padded length into batches of about
+`batch_tokens` tokens (`group_by_window`). No Python runs per line, and
+memory is bounded by the shuffle buffer and the buckets, not by the corpus.
 
 What it yields, and what is exact:
 
@@ -34,58 +34,94 @@ import tensorflow as tf
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
 from keras_transformer.data.batch_plan import padded_lengths
 from keras_transformer.data.special_tokens import END_ID
+from keras_transformer.data.special_tokens import PAD_ID
 from keras_transformer.data.special_tokens import START_ID
 
 SHUFFLE_BUFFER = 65_536  # pairs; ~60 MB of token ids at 50 tokens a side
 _CHUNK = 1024  # pairs per generator element and per tokenizer call
 
 
-def train_chunks(corpus, shard=(0, 1), repeat=False, chunk=_CHUNK):
-    """The train split's `(sources, targets)` in lists of `chunk` pairs, line by line.
+def train_texts(corpus, train_lines, shard=(0, 1), repeat=False):
+    """The train split's `(sources, targets)` read by `tf.data`, in chunks of up to 1024 lines.
+
+    `tf.data.TextLineDataset` reads the corpus file (both files of an
+    aligned corpus, zipped; gunzipped where gzip), and the scan's bit per
+    line (`corpus_scan.CorpusScan.train_lines`) keeps the train lines: no
+    hash, no checks and no Python per line. Each side is stripped of
+    surrounding ASCII whitespace (and line 1 of a byte-order mark), as
+    the readers of `parallel_files` do (they also strip Unicode spaces such
+    as U+00A0, which SentencePiece's normalization removes anyway).
 
     Args:
-        corpus: a `ParallelCorpus` (read with `iter_pairs("train")`; bad
-            lines are skipped silently when `skip_bad_lines`, since
-            `corpus_scan.scan_corpus` already reported them).
-        shard: `(index, count)`: keep train pairs `index`, `index + count`,
-            ... only (one host's share). Defaults to `(0, 1)`, every pair.
-        repeat: start again at the end of the file, forever.
-        chunk: pairs per list. Defaults to 1024.
+        corpus: a `ParallelCorpus`.
+        train_lines: `bytes`, the scan's `train_lines`.
+        shard: `(index, count)`: keep the lines `index`, `index + count`,
+            ... only (0-based; one host's share). Defaults to `(0, 1)`.
+        repeat: read the file again at its end, forever.
 
-    Yields:
-        `(sources, targets)`, two lists of str.
+    Returns:
+        A `tf.data.Dataset` of `(sources, targets)`, 1-D string tensors.
 
     Example:
 
     >>> import os, tempfile
     >>> from keras_transformer.data import ParallelCorpus
+    >>> from keras_transformer.data.corpus_scan import scan_corpus
     >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
-    >>> _ = open(path, "w").write("".join(f"Satz {i}\\tsentence {i}\\n" for i in range(5)))
+    >>> _ = open(path, "w").write("".join(f"Satz {i}\\t sentence {i}\\n" for i in range(5)))
     >>> corpus = ParallelCorpus(path, dev_fraction=0.0, test_fraction=0.0)
-    >>> list(train_chunks(corpus, shard=(1, 2), chunk=10))
-    [(['Satz 1', 'Satz 3'], ['sentence 1', 'sentence 3'])]
+    >>> sources, targets = next(iter(train_texts(corpus, scan_corpus(corpus).train_lines, shard=(1, 2))))
+    >>> sources.numpy().tolist(), targets.numpy().tolist()
+    ([b'Satz 1', b'Satz 3'], [b'sentence 1', b'sentence 3'])
     """
+    from keras_transformer.data.corpus import DEFAULT_CORPUS_PATH
+    from keras_transformer.data.parallel_files import is_gzip
+
     index, count = shard
     if not 0 <= index < count:
         raise ValueError(f"`shard` must be (index, count) with 0 <= index < count; received shard={shard!r}")
-    while True:
-        sources, targets = [], []
-        for number, pair in enumerate(corpus.iter_pairs("train", warn=False)):
-            if number % count != index:
-                continue
-            sources.append(pair.source)
-            targets.append(pair.target)
-            if len(sources) == chunk:
-                yield sources, targets
-                sources, targets = [], []
-        if sources:
-            yield sources, targets
-        if not repeat:
-            return
+    format_ = corpus.format
+    paths = corpus.path if corpus.path is not None else str(DEFAULT_CORPUS_PATH)
+
+    def lines(path):
+        return tf.data.TextLineDataset(path, compression_type="GZIP" if is_gzip(path) else "")
+
+    dataset = tf.data.Dataset.zip(lines(paths[0]), lines(paths[1])) if format_ == "aligned" else lines(paths)
+    dataset = dataset.batch(_CHUNK)
+    chunks = -(-len(train_lines) * 8 // _CHUNK)  # the chunks that can hold a train line
+    dataset = dataset.take(chunks)
+    if repeat:
+        dataset = dataset.repeat()
+    bits = tf.constant(np.frombuffer(train_lines + bytes(chunks * _CHUNK // 8 - len(train_lines)), np.uint8))
+    shifts = tf.constant(np.tile(np.arange(7, -1, -1, dtype=np.uint8), _CHUNK // 8))
+    columns = (3, 4) if format_ == "bible" else (0, 1)
+
+    def keep(chunk, texts):
+        first = chunk % chunks * _CHUNK
+        mask = tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(tf.repeat(bits[first // 8:(first + _CHUNK) // 8], 8), shifts), 1
+        )
+        mask = tf.cast(mask, tf.bool) & (tf.range(first, first + _CHUNK) % count == index)
+        if format_ == "aligned":
+            sources, targets = texts
+        else:
+            parts = tf.strings.split(texts, "\t").to_tensor("")
+            sources, targets = parts[:, columns[0]], parts[:, columns[1]]
+        mask = mask[: tf.shape(sources)[0]]
+
+        def clean(side):
+            # A byte-order mark is dropped from a file's first line only, as the readers do.
+            first_line = tf.where(first == 0, tf.strings.regex_replace(side[:1], "^\ufeff", ""), side[:1])
+            return tf.strings.strip(tf.boolean_mask(tf.concat([first_line, side[1:]], 0), mask))
+
+        return clean(sources), clean(targets)
+
+    return tf.data.Dataset.zip(tf.data.Dataset.counter(), dataset).map(keep, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def streamed_dataset(
     corpus,
+    train_lines,
     tokenizer,
     max_length,
     *,
@@ -109,6 +145,8 @@ def streamed_dataset(
 
     Args:
         corpus: a `ParallelCorpus`.
+        train_lines: `bytes`, which lines hold train pairs: the
+            `train_lines` of `corpus_scan.scan_corpus(corpus)`.
         tokenizer: a KerasHub tokenizer (`tokenizer.load_tokenizer`).
         max_length: int >= 2, the longest encoder or decoder sequence.
         batch_tokens: int >= max_length. Defaults to 4096.
@@ -132,12 +170,15 @@ def streamed_dataset(
 
     >>> import os, tempfile
     >>> from keras_transformer.data import ParallelCorpus
+    >>> from keras_transformer.data.corpus_scan import scan_corpus
     >>> from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
     >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
     >>> _ = open(path, "w").write("Guten Tag\\tGood day\\nDanke\\tThank you\\n")
     >>> tokenizer = load_tokenizer(train_tokenizer(["Guten Tag", "Good day", "Danke", "Thank you"], 20))
     >>> corpus = ParallelCorpus(path, dev_fraction=0.0, test_fraction=0.0)
-    >>> dataset = streamed_dataset(corpus, tokenizer, 8, batch_tokens=16, repeat=False, shuffle_buffer=0)
+    >>> train_lines = scan_corpus(corpus).train_lines
+    >>> dataset = streamed_dataset(corpus, train_lines, tokenizer, 8, batch_tokens=16, repeat=False,
+    ...                            shuffle_buffer=0)
     >>> inputs, labels = next(iter(dataset))
     >>> inputs["encoder_tokens"].shape, int(labels[0, 0]) == int(inputs["decoder_tokens"][0, 1])
     (TensorShape([2, 8]), True)
@@ -151,38 +192,38 @@ def streamed_dataset(
     lengths_table = tf.constant(lengths, tf.int64)
     sizes_table = tf.constant(sizes, tf.int64)
 
-    strings = tf.TensorSpec([None], tf.string)
-    dataset = tf.data.Dataset.from_generator(
-        lambda: train_chunks(corpus, shard=shard, repeat=repeat), output_signature=(strings, strings)
-    )
+    dataset = train_texts(corpus, train_lines, shard=shard, repeat=repeat)
 
     def tokenize(sources, targets):
+        # Whole chunks, ragged: per-pair work in tf.data costs ~100 us a step.
         sources = tf.cast(tokenizer(sources), tf.int32)[:, :max_length]
         targets = tf.cast(tokenizer(targets), tf.int32)[:, : max_length - 1]
-        return sources, targets
+        column = tf.RaggedTensor.from_tensor(tf.ones([targets.nrows(), 1], tf.int32))
+        decoder = tf.concat([column * START_ID, targets], axis=1)
+        labels = tf.concat([targets, column * END_ID], axis=1)
+        length = tf.maximum(sources.row_lengths(), labels.row_lengths())
+        return tf.searchsorted(lengths_table, length, out_type=tf.int64), sources, decoder, labels
 
     dataset = dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     if shuffle_buffer > 1:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
 
-    def teacher_forcing(source, target):
-        decoder = tf.concat([[START_ID], target], 0)
-        labels = tf.concat([target, [END_ID]], 0)
-        return source, decoder, labels
-
-    def bucket(source, decoder, labels):
-        length = tf.maximum(tf.size(source, tf.int64), tf.size(labels, tf.int64))
-        return tf.searchsorted(lengths_table, tf.reshape(length, [1]), out_type=tf.int64)[0]
-
     def batch(key, window):
-        shape = tf.reshape(tf.gather(lengths_table, key), [1])
-        return window.padded_batch(tf.gather(sizes_table, key), padded_shapes=(shape, shape, shape))
+        length = tf.cast(tf.gather(lengths_table, key), tf.int32)
 
-    dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE).group_by_window(
-        bucket, batch, window_size_func=lambda key: tf.gather(sizes_table, key)
+        def padded(ragged):
+            dense = ragged.to_tensor(default_value=PAD_ID)
+            return tf.pad(dense, [[0, 0], [0, length - tf.shape(dense)[1]]], constant_values=PAD_ID)
+
+        return window.batch(tf.gather(sizes_table, key)).map(
+            lambda keys, source, decoder, labels: (keys, padded(source), padded(decoder), padded(labels))
+        )
+
+    dataset = dataset.group_by_window(
+        lambda key, *_: key, batch, window_size_func=lambda key: tf.gather(sizes_table, key)
     )
     dataset = dataset.map(
-        lambda source, decoder, labels: ({"encoder_tokens": source, "decoder_tokens": decoder}, labels)
+        lambda _, source, decoder, labels: ({"encoder_tokens": source, "decoder_tokens": decoder}, labels)
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
@@ -247,4 +288,4 @@ def pairs_of_batches(dataset):
     return pairs
 
 
-__all__ = ["SHUFFLE_BUFFER", "expected_batch_tokens", "pairs_of_batches", "streamed_dataset", "train_chunks"]
+__all__ = ["SHUFFLE_BUFFER", "expected_batch_tokens", "pairs_of_batches", "streamed_dataset", "train_texts"]
