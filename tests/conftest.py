@@ -12,7 +12,15 @@ KERAS_TRANSFORMER_TEST_BACKEND (the lower-bound CI job names tensorflow).
 import os
 import pathlib
 
-import keras
+# The suite compiles hundreds of small XLA programs (JAX, and TensorFlow's
+# jit_compile) once each; on a CPU the LLVM optimization passes cost more
+# than they save there. The flags change how fast code is compiled, not what
+# it computes, and subprocesses the tests start inherit them.
+_FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
+
+import keras  # noqa: E402 (after the XLA flags)
 import numpy as np
 import pytest
 
