@@ -66,24 +66,21 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _int_at_least(low, wording):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected {wording}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_positive_int = _int_at_least(1, "a positive integer")
+_non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def _fraction(text):
@@ -229,8 +226,7 @@ def build_parser():
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
     translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
     translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
-                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off "
-                                "(default: %(default)s)")
+                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
 
     evaluate = verb("evaluate", commands.evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
@@ -239,8 +235,7 @@ def build_parser():
                           help="heldout: whole books never trained on (the embedded Bible corpus only)")
     evaluate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
     evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
-                          help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off "
-                                "(default: %(default)s)")
+                          help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 
