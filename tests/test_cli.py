@@ -121,7 +121,7 @@ def test_evaluate_to_a_pipe_sends_the_progress_bar_to_stderr(trained_run, tmp_pa
     result = _run("-m", "keras_transformer_cli", "evaluate", "--model", str(trained_run), "--split", "heldout",
                   "--limit", "3", "--corpus", corpus)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[0].split() == ["split", "beam", "sentences", "BLEU", "chrF"]
+    assert result.stdout.splitlines()[0].split() == ["split", "beam", "sentences", "BLEU", "chrF", "loops"]
     assert "\x1b" not in result.stdout and "\r" not in result.stdout and "sentence" in result.stderr
 
 
