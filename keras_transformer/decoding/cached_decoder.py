@@ -47,7 +47,9 @@ class CachedDecoder:
             either way): both `next_logits` and the decoding loops of
             `greedy_search` and `beam_search`. The cache has a fixed shape
             and the position is a tensor, so a step compiles once per batch
-            size. Defaults to False.
+            size. The compiled programs are kept; on JAX they hold the
+            weights they were compiled with, so build a new decoder after
+            the model's weights change. Defaults to False.
 
     Example:
 

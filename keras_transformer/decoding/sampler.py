@@ -284,9 +284,10 @@ def compiles_loop(decoder):
     """Whether `run_search` compiles its loop for `decoder`.
 
     True when the decoder was built with `jit_compile=True`, and always on
-    JAX: there `lax.while_loop` compiles its body whatever is asked, so
-    compiling the whole loop once, and keeping it, saves compiling it again
-    on every call.
+    JAX, where `lax.while_loop` compiles its body whatever is asked. Only a
+    `jit_compile=True` decoder keeps its compiled loops (per batch shape);
+    on JAX they hold the weights they were compiled with, so build a new
+    decoder after the weights change.
 
     Example:
 
@@ -303,6 +304,11 @@ def _loop(decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size):
     )
     if not compiles_loop(decoder):
         return run
+    if not getattr(decoder, "jit_compile", False):
+        # JAX without jit_compile: compiled afresh on every call, so that it
+        # reads the weights as they are now (a kept jax.jit program holds
+        # the arrays it was traced with).
+        return compile_function(run)
     loops = _compiled_loops.setdefault(decoder, {})
     key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size)
     if key not in loops:
@@ -313,9 +319,9 @@ def _loop(decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size):
 def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
     """Runs the decoding loop on a batch and copies the tokens to the host once.
 
-    The loop is compiled (and the compiled loop kept) when `decoder` was
-    built with `jit_compile=True`, and always on JAX; on torch it runs
-    eagerly. Arguments are not checked here: `greedy_search` and
+    The loop is compiled when `decoder` was built with `jit_compile=True`
+    (and kept), and on JAX always (kept only with `jit_compile=True`); on
+    torch it runs eagerly. Arguments are not checked here: `greedy_search` and
     `beam_search` check them.
 
     Args:
