@@ -120,9 +120,10 @@ class TrainConfig:
             instead of stopping at the first.
         source_language, target_language: names such as "de" and "en",
             labels only (the default output folder, the summary).
-        stream: read the train pairs line by line inside `tf.data` instead
-            of holding the corpus in memory (see `train_input`): for a
-            corpus larger than memory. Needs TensorFlow. Defaults to False.
+        stream: read the train pairs in chunks of lines inside the input
+            pipeline (either one) instead of holding the corpus in memory
+            (see `train_input`): for a corpus larger than memory. Defaults
+            to False.
         vocabulary_sample: the vocabulary is learned from at most this many
             train sentences (both sides of half as many pairs, a uniform
             sample seeded by `seed`). Defaults to 200,000.
@@ -245,18 +246,13 @@ class TrainConfig:
         if self.input_pipeline == "tf.data" and not tensorflow_imports():
             raise UserInputError(
                 "--input-pipeline tf.data needs TensorFlow, which does not import here: "
-                "pip install tensorflow, or use --input-pipeline python (the same batches, no TensorFlow)."
+                "pip install tensorflow, or use --input-pipeline python ("
+                + ("it streams too, no TensorFlow; its shuffle differs)." if self.stream
+                   else "the same batches, no TensorFlow).")
             )
         if self.vocabulary_sample < 2:
             raise UserInputError(
                 f"--vocabulary-sample must be at least 2 sentences (one pair), got {self.vocabulary_sample}."
-            )
-        if self.stream and (self.input_pipeline == "python" or not tensorflow_imports()):
-            raise UserInputError(
-                "--stream reads and tokenizes the corpus inside tf.data, which needs TensorFlow"
-                + (", not --input-pipeline python" if tensorflow_imports() else
-                   " (it does not import here: pip install tensorflow tensorflow-text)")
-                + "; or leave out --stream to read the corpus into memory."
             )
         if self.distribute not in (None, *DISTRIBUTE_MODES):
             raise UserInputError(f"--distribute must be data or model, got {self.distribute!r}.")

@@ -10,10 +10,13 @@ Two modes, chosen by `TrainConfig.stream` (`--stream`), never by size:
 - **streamed**: the corpus is scanned once (`data.corpus_scan`: bad lines,
   the pair count, the dev and test pairs, the vocabulary sample), then the
   train pairs stream through `data.streaming.streamed_dataset`, tokenized
-  inside `tf.data`. Memory stays bounded as the corpus grows. A resumed
-  run skips the batches it trained on, so its batches are still exactly
-  an uninterrupted run's; the skipped ones are read and tokenized again.
-  Needs TensorFlow (refused without it).
+  inside `tf.data`, or, on the python pipeline, through
+  `data.python_streaming.StreamedPyDataset` (the `sentencepiece` library,
+  no TensorFlow). Memory stays bounded as the corpus grows. A resumed run
+  skips the batches it trained on, so its batches are still exactly an
+  uninterrupted run's; the skipped ones are read and tokenized again. The
+  two streams shuffle differently: their batches have the same form, not
+  the same pairs.
 
 Either way the vocabulary is learned from at most `vocabulary_sample`
 sentences of the train split (`data.corpus_scan.vocabulary_texts`), the
@@ -141,7 +144,8 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
             "streamed: the train pairs read and tokenized inside tf.data (KerasHub's SentencePiece op)"
             if config.stream else "tokenized with KerasHub"))
     else:
-        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library)"
+        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library"
+            + (", streamed in chunks of 1024 lines)" if config.stream else ")")
             + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
     splits = corpus_data.splits
     dev_pairs = splits.require("dev")
@@ -157,13 +161,13 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     skipped = sum(splits.skipped.values())
     skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
     if config.stream:
-        from keras_transformer.data.streaming import expected_batch_tokens
+        from keras_transformer.data.batch_plan import expected_batch_tokens
 
-        train = _streamed_train(config, corpus_data, tokenizer, placement, start_step, log)
+        train = _streamed_train(name, config, corpus_data, tokenizer, placement, start_step, log)
         # The dev split is a hash sample of the same corpus: it estimates the
         # train batches' tokens and padding without a pass over them.
         tokens_per_batch, padding = expected_batch_tokens(
-            dev_tokens.sources.row_lengths().numpy(), dev_tokens.targets.row_lengths().numpy(), config.max_length,
+            *_side_lengths(dev_tokens), config.max_length,
             batch_tokens=config.batch_tokens, batch_multiple=placement.batch_multiple,
             bucket_width=config.bucket_width if config.bucket else config.max_length,
         )
@@ -185,9 +189,15 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding)
 
 
-def _streamed_train(config, corpus_data, tokenizer, placement, start_step, log):
-    from keras_transformer.data.streaming import SHUFFLE_BUFFER
-    from keras_transformer.data.streaming import streamed_dataset
+def _side_lengths(tokens):
+    """(source lengths, target lengths) of tokenized pairs, as `tokenize` gives them on either pipeline."""
+    if hasattr(tokens, "source_offsets"):  # python_pipeline.TokenizedArrays
+        return np.diff(tokens.source_offsets), np.diff(tokens.target_offsets)
+    return tokens.sources.row_lengths().numpy(), tokens.targets.row_lengths().numpy()
+
+
+def _streamed_train(pipeline_name, config, corpus_data, tokenizer, placement, start_step, log):
+    from keras_transformer.data.batch_plan import SHUFFLE_BUFFER
 
     # A buffer larger than the corpus would only hold several copies of it.
     options = dict(batch_tokens=config.batch_tokens, seed=config.seed, batch_multiple=placement.batch_multiple,
@@ -201,12 +211,21 @@ def _streamed_train(config, corpus_data, tokenizer, placement, start_step, log):
                        batch_multiple=max(1, placement.batch_multiple // hosts), bucket_width=config.max_length)
         log(f"stream: host {placement.process_id} of {hosts} keeps every {hosts}-th line from line "
             f"{placement.process_id + 1}; batches padded to --max-length {config.max_length}")
-    dataset = streamed_dataset(
-        config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length, **options
-    )
     if start_step:
         log(f"stream: skipping the {start_step} batches trained on before (read and tokenized again)")
-        dataset = dataset.skip(start_step)
+    if pipeline_name == "python":
+        from keras_transformer.data.python_streaming import StreamedPyDataset
+
+        dataset = StreamedPyDataset(config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length,
+                                    start=start_step, **options)
+    else:
+        from keras_transformer.data.streaming import streamed_dataset
+
+        dataset = streamed_dataset(
+            config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length, **options
+        )
+        if start_step:
+            dataset = dataset.skip(start_step)
     return dataset if hosts > 1 else distribute.for_devices(dataset, placement)
 
 

@@ -171,9 +171,9 @@ def _add_train_arguments(parser):
                         help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
                              "no TensorFlow; the same batches (auto = tf.data where TensorFlow imports)")
     parser.add_argument("--stream", action="store_true", default=False,
-                        help="read and tokenize the train pairs line by line inside tf.data instead of holding the "
-                             "corpus in memory: for a corpus larger than memory; needs TensorFlow "
-                             "(default: in memory)")
+                        help="read and tokenize the train pairs in chunks of lines inside the input pipeline "
+                             "(tf.data or python) instead of holding the corpus in memory: for a corpus larger "
+                             "than memory (default: in memory)")
     parser.add_argument("--vocabulary-sample", type=_positive_int, default=200_000, metavar="SENTENCES",
                         help="learn the vocabulary from at most this many train sentences, a uniform sample "
                              "seeded by --seed")

@@ -1,7 +1,12 @@
-"""A corpus that streams (`--stream`): the same pairs as in memory, bounded vocabulary sample, exact resume."""
+"""A corpus that streams (`--stream`), on tf.data or without TensorFlow: the same pairs as in memory,
+bounded vocabulary sample, exact resume."""
 
 import collections
+import json
+import os
 import pathlib
+import subprocess
+import sys
 import warnings
 
 import keras
@@ -11,13 +16,13 @@ import pytest
 import keras_transformer_cli as cli
 from keras_transformer.data import ParallelCorpus
 from keras_transformer.data.batch_plan import padded_lengths
+from keras_transformer.data.batch_plan import pairs_of_batches
 from keras_transformer.data.corpus_scan import VocabularySample
 from keras_transformer.data.corpus_scan import scan_corpus
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig
 
 pytestmark = pytest.mark.backend_independent
-tf = pytest.importorskip("tensorflow")
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TSV = str(FIXTURES / "bible_fr_en_small.tsv")
@@ -39,9 +44,17 @@ def vocabulary():
 @pytest.fixture
 def tokenizer(vocabulary):
     # Per test: the session reset between tests drops the SentencePiece op's resource.
+    pytest.importorskip("tensorflow")
     from keras_transformer.data.tokenizer import load_tokenizer
 
     return load_tokenizer(vocabulary)
+
+
+@pytest.fixture
+def spm_tokenizer(vocabulary):
+    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    return SentencePieceTokenizer(vocabulary)
 
 
 def _streamed(tokenizer, max_length, corpus=CORPUS, **options):
@@ -53,7 +66,6 @@ def _streamed(tokenizer, max_length, corpus=CORPUS, **options):
 
 def test_one_streamed_pass_holds_the_pairs_of_an_in_memory_epoch_truncated_alike(tokenizer):
     from keras_transformer.data import pipeline
-    from keras_transformer.data.streaming import pairs_of_batches
 
     max_length = 16  # truncates: the verses are longer
     tokens = pipeline.tokenize_pairs(CORPUS.read()["train"], tokenizer, max_length)
@@ -79,24 +91,93 @@ def test_a_resumed_stream_skips_to_the_batches_an_uninterrupted_one_reaches_acro
     assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(whole, other_seed))
 
 
-def _texts(corpus, shard=(0, 1)):
+def _python_streamed(tokenizer, max_length, corpus=CORPUS, **options):
+    from keras_transformer.data.python_streaming import StreamedPyDataset
+
+    return StreamedPyDataset(corpus, scan_corpus(corpus).train_lines, tokenizer, max_length, batch_tokens=240,
+                             **options)
+
+
+def _first(dataset, count):
+    return [batch for batch, _ in zip(dataset, range(count))]
+
+
+def test_one_python_streamed_pass_holds_the_pairs_of_an_in_memory_epoch_truncated_alike(spm_tokenizer):
+    from keras_transformer.data import python_pipeline
+    from keras_transformer.data.special_tokens import START_ID
+
+    max_length = 16  # truncates: the verses are longer
+    tokens = python_pipeline.tokenize_pairs(CORPUS.read()["train"], spm_tokenizer, max_length)
+    assert tokens.num_truncated > 10
+    in_memory = collections.Counter(pairs_of_batches(python_pipeline.TranslationPyDataset(tokens, batch_tokens=240)))
+    batches = list(_python_streamed(spm_tokenizer, max_length, repeat=False, shuffle_buffer=50))
+    streamed = collections.Counter(pairs_of_batches(batches))
+    assert streamed == in_memory and sum(streamed.values()) == len(tokens)
+    assert max(len(source) for source, _ in streamed) == max_length
+    assert max(len(target) for _, target in streamed) == max_length - 1
+    for inputs, labels in batches:
+        rows, length = labels.shape
+        assert length in padded_lengths(max_length) and rows * length <= 240
+        assert inputs["encoder_tokens"].shape == inputs["decoder_tokens"].shape == labels.shape
+        assert {tokens.dtype.name for tokens in (*inputs.values(), labels)} == {"int32"}
+        decoder = inputs["decoder_tokens"]
+        assert (decoder[:, 0] == START_ID).all() and np.array_equal(decoder[:, 1:] != 0, labels[:, :-1] != 0)
+    # Every batch is full (240 // length pairs) but the half-full buckets at the end of the pass, one a length.
+    full = [len(labels) == 240 // labels.shape[1] for _, labels in batches]
+    partial = [labels.shape[1] for _, labels in batches[full.index(False):]] if not all(full) else []
+    assert not any(full[len(full) - len(partial):]) and len(partial) == len(set(partial))
+
+
+def test_the_python_stream_is_seeded_and_a_resumed_one_continues_on_the_uninterrupted_batches(spm_tokenizer):
+    stream = _python_streamed(spm_tokenizer, 24, shuffle_buffer=30, seed=3)
+    whole = [labels for _, labels in _first(stream, 40)]  # ~13 batches a pass: 3 passes
+    again = [labels for _, labels in _first(_python_streamed(spm_tokenizer, 24, shuffle_buffer=30, seed=3), 40)]
+    resumed = _python_streamed(spm_tokenizer, 24, shuffle_buffer=30, seed=3, start=25)
+    tail = [resumed[i][1] for i in range(15)]  # as model.fit reads it: index 0 is batch 25
+    assert len(whole) == 40 and all(np.array_equal(a, b) for a, b in zip(whole, again))
+    assert all(np.array_equal(a, b) for a, b in zip(whole[25:], tail))
+    assert np.array_equal(stream[3][1], whole[3]) and np.array_equal(stream[39][1], whole[39])  # read again
+    other_seed = [labels for _, labels in _first(_python_streamed(spm_tokenizer, 24, shuffle_buffer=30, seed=4), 5)]
+    assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(whole, other_seed))
+
+
+def _texts(corpus, train_lines=None, shard=(0, 1)):
+    pytest.importorskip("tensorflow")
     from keras_transformer.data.streaming import train_texts
 
     pairs = []
-    for sources, targets in train_texts(corpus, scan_corpus(corpus).train_lines, shard=shard):
+    if train_lines is None:
+        train_lines = scan_corpus(corpus).train_lines
+    for sources, targets in train_texts(corpus, train_lines, shard=shard):
         pairs += zip((s.decode() for s in sources.numpy()), (t.decode() for t in targets.numpy()))
     return pairs
 
 
-def test_host_shards_partition_the_train_pairs():
-    everything = _texts(CORPUS)
-    first, second = _texts(CORPUS, (0, 2)), _texts(CORPUS, (1, 2))
+def _python_texts(corpus, train_lines=None, shard=(0, 1)):
+    from keras_transformer.data.python_streaming import train_text_chunks
+
+    if train_lines is None:
+        train_lines = scan_corpus(corpus).train_lines
+    return [(source, target) for sources, targets in train_text_chunks(corpus, train_lines, shard=shard)
+            for source, target in zip(sources, targets)]
+
+
+@pytest.mark.parametrize("texts", [_python_texts, _texts], ids=["python", "tf.data"])
+def test_host_shards_partition_the_train_pairs(texts):
+    everything = texts(CORPUS)
+    first, second = texts(CORPUS, shard=(0, 2)), texts(CORPUS, shard=(1, 2))
     assert everything == [(pair.source, pair.target) for pair in CORPUS.read()["train"]]
     assert sorted(first + second) == sorted(everything) and first and second
     assert not set(first) & set(second)
 
 
-def test_tf_data_reads_the_train_pairs_of_the_python_readers_in_every_format(tmp_path):
+def test_both_streams_give_a_host_the_same_shard():
+    for shard in ((0, 3), (2, 3)):
+        assert _python_texts(CORPUS, shard=shard) == _texts(CORPUS, shard=shard)
+
+
+@pytest.mark.parametrize("texts", [_python_texts, _texts], ids=["python", "tf.data"])
+def test_the_streams_read_the_train_pairs_of_the_python_readers_in_every_format(tmp_path, texts):
     lines = ["\ufeffphrase 0 \t sentence 0\r", "phrase 1\tsentence 1\tanother reference", "only one column",
              "", "phrase 4\t\tx", *(f"  phrase {i}\tsentence {i}  " for i in range(5, 3000))]
     tsv = tmp_path / "pairs.tsv"
@@ -119,7 +200,7 @@ def test_tf_data_reads_the_train_pairs_of_the_python_readers_in_every_format(tmp
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             expected = [(pair.source, pair.target) for pair in corpus.read()["train"]]
-            assert _texts(corpus) == expected and len(expected) > 2000, corpus
+            assert texts(corpus) == expected and len(expected) > 2000, corpus
 
 
 def test_a_bad_line_stops_the_scan_with_its_file_and_line_or_is_skipped_with_one_warning(tmp_path):
@@ -133,10 +214,15 @@ def test_a_bad_line_stops_the_scan_with_its_file_and_line_or_is_skipped_with_one
     with pytest.warns(UserWarning, match=r"pairs\.tsv: skipped 1 bad line: 1 with the wrong number of columns"):
         scan = scan_corpus(corpus)
     assert scan.train_pairs + len(scan.splits["dev"]) == 7 and scan.splits.skipped["columns"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the streams do not warn again, pass after pass
+        streamed = [source for source, _ in _python_texts(corpus, scan.train_lines)]
+    assert len(streamed) == scan.train_pairs and "only one column" not in streamed
+    pytest.importorskip("tensorflow")
     from keras_transformer.data.streaming import train_texts
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the stream does not warn again, pass after pass
+        warnings.simplefilter("error")
         streamed = [s.decode() for sources, _ in train_texts(corpus, scan.train_lines) for s in sources.numpy()]
     assert len(streamed) == scan.train_pairs and "only one column" not in streamed
 
@@ -188,12 +274,49 @@ def test_a_streamed_run_writes_a_model_and_a_resumed_one_ends_with_the_uninterru
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_stream_flags_reach_the_config_and_stream_without_tf_data_is_refused_in_one_line():
+def test_stream_flags_reach_the_config_and_stream_runs_on_either_pipeline():
     args = cli.build_parser().parse_args(["train", "--stream", "--vocabulary-sample", "1000"])
     assert (args.stream, args.vocabulary_sample) == (True, 1000)
     assert cli.build_parser().parse_args(["train"]).stream is False
-    with pytest.raises(UserInputError, match=r"^--stream reads and tokenizes the corpus inside tf.data.*"
-                                             r"not --input-pipeline python"):
-        TrainConfig(stream=True, input_pipeline="python", **RUN).resolved()
+    assert TrainConfig(stream=True, input_pipeline="python", **RUN).resolved().stream
     with pytest.raises(UserInputError, match="--vocabulary-sample must be at least 2"):
         TrainConfig(vocabulary_sample=1, **RUN).resolved()
+
+
+# A streamed run on the python pipeline with TensorFlow blocked: 2 steps,
+# then 2 more resumed (the stream skips the 2 batches trained on).
+BLOCK_TENSORFLOW_THEN_STREAM = """
+import sys
+sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
+import json
+from keras_transformer.train_config import TrainConfig
+from keras_transformer.trainer import train_translator
+run, output = json.loads(sys.argv[1]), sys.argv[2]
+for epochs in (1, 2):
+    log = []
+    summary = train_translator(TrainConfig(output=output, stream=True, input_pipeline="python", epochs=epochs,
+                                           **run), verbose=0, log=log.append, sample_sentences=0)
+    print(json.dumps({"summary": {k: summary[k] for k in ("completed_steps", "train_pairs", "input_pipeline")},
+                      "log": log}))
+print("IMPORTED", sorted(name for name in ("tensorflow", "keras_hub", "tensorflow_text")
+                         if sys.modules.get(name) is not None))
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow", reason="needs a backend other than TensorFlow")
+def test_a_python_streamed_run_trains_and_resumes_with_tensorflow_blocked(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_TENSORFLOW_THEN_STREAM, json.dumps(RUN), str(tmp_path / "run")],
+        env=dict(os.environ), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    first, resumed = json.loads(lines[-3]), json.loads(lines[-2])
+    assert lines[-1] == "IMPORTED []"
+    assert first["summary"] == {"completed_steps": 2, "train_pairs": len(CORPUS.read()["train"]),
+                                "input_pipeline": "python"}
+    assert any("streamed in chunks of 1024 lines" in line for line in first["log"]), first["log"]
+    assert resumed["summary"]["completed_steps"] == 4
+    assert any("skipping the 2 batches" in line for line in resumed["log"]), resumed["log"]
+    assert (tmp_path / "run" / "model.keras").exists()
+

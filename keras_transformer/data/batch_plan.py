@@ -17,6 +17,9 @@ import numpy as np
 # Padded lengths are multiples of this (and max_length): few distinct batch
 # shapes, so JAX compiles a handful of programs, not one per length.
 BUCKET_WIDTH = 8
+# Pairs in a streamed pipeline's shuffle buffer (both streams); ~60 MB of
+# token ids at 50 tokens a side.
+SHUFFLE_BUFFER = 65_536
 
 
 def padded_lengths(max_length, bucket_width=BUCKET_WIDTH):
@@ -122,7 +125,7 @@ class BatchPlan:
         self.bucket, self.shuffle, self.repeat = bool(bucket), bool(shuffle), bool(repeat)
         self.pair_lengths = pair_lengths
         self.num_pairs = len(pair_lengths)
-        sizes = np.array([_round_down(batch_tokens // length, batch_multiple) for length in self.lengths])
+        sizes = np.array(batch_sizes(self.lengths, batch_tokens, batch_multiple))
         buckets = np.searchsorted(self.lengths, pair_lengths)  # the first padded length >= the pair's
         if self.bucket:
             self._bucket_of, self.batch_sizes = buckets, sizes
@@ -243,6 +246,76 @@ class BatchPlan:
             del self._members_cache[key]
 
 
+def batch_sizes(lengths, batch_tokens, batch_multiple=1):
+    """Pairs a batch of each padded length: `batch_tokens // L`, rounded down to a multiple of `batch_multiple`.
+
+    At least one multiple. The streamed pipelines' bucket sizes; a
+    bucketed `BatchPlan` uses the same.
+
+    Example:
+
+    >>> batch_sizes([8, 16, 24], 100, batch_multiple=4)
+    [12, 4, 4]
+    """
+    return [_round_down(batch_tokens // length, batch_multiple) for length in lengths]
+
+
+def expected_batch_tokens(source_lengths, target_lengths, max_length, *, batch_tokens=4096, batch_multiple=1,
+                          bucket_width=BUCKET_WIDTH):
+    """Real tokens per streamed batch, and the padding fraction, expected from a sample of pairs.
+
+    A streamed corpus is never counted; its dev split, a hash sample of
+    the same pairs, tells what its batches hold: a pair of bucket `L`
+    fills `1 / size(L)` of a batch, so the expected real tokens (source +
+    target + END, as the trainer counts them) per batch are the sample's
+    tokens over its fractional number of batches.
+
+    Args:
+        source_lengths, target_lengths: int arrays, the sample's truncated
+            token counts (targets without START and END).
+        max_length, batch_tokens, batch_multiple, bucket_width: as the
+            streamed pipelines take them.
+
+    Returns:
+        `(tokens_per_batch, padding_fraction)`.
+
+    Example:
+
+    >>> expected_batch_tokens([3, 2], [2, 1], 8, batch_tokens=16)  # two pairs: one batch of 2 x 8
+    (10.0, 0.6875)
+    """
+    source_lengths = np.asarray(source_lengths, np.int64)
+    real = source_lengths + np.asarray(target_lengths, np.int64) + 1
+    lengths = np.array(padded_lengths(max_length, bucket_width))
+    sizes = np.array(batch_sizes(lengths, batch_tokens, batch_multiple))
+    buckets = np.searchsorted(lengths, np.maximum(source_lengths, real - source_lengths))
+    batches = np.sum(1.0 / sizes[buckets])
+    return float(real.sum() / batches), float(1.0 - real.sum() / np.sum(2 * lengths[buckets]))
+
+
+def pairs_of_batches(batches):
+    """The `(source ids, target ids)` pairs that teacher-forcing batches hold, as tuples.
+
+    Reads back what a batch holds (padding and `START_ID`/`END_ID`
+    removed): a check that two pipelines hold the same pairs. Takes any
+    iterable of `(inputs, labels)` (NumPy arrays or tensors).
+
+    Example:
+
+    >>> batch = ({"encoder_tokens": np.array([[5, 6, 0]]), "decoder_tokens": np.array([[2, 7, 0]])},
+    ...          np.array([[7, 3, 0]]))
+    >>> pairs_of_batches([batch])
+    [((5, 6), (7,))]
+    """
+    pairs = []
+    for inputs, labels in batches:
+        for source, label in zip(np.asarray(inputs["encoder_tokens"]), np.asarray(labels)):
+            source = tuple(int(token) for token in source[source != 0])
+            label = label[label != 0]
+            pairs.append((source, tuple(int(token) for token in label[:-1])))
+    return pairs
+
+
 def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
@@ -251,4 +324,7 @@ def _round_down(size, multiple):
     return int(max(multiple, size - size % multiple))
 
 
-__all__ = ["BUCKET_WIDTH", "BatchPlan", "padded_lengths"]
+__all__ = [
+    "BUCKET_WIDTH", "SHUFFLE_BUFFER", "BatchPlan", "batch_sizes", "expected_batch_tokens", "padded_lengths",
+    "pairs_of_batches",
+]

@@ -276,17 +276,36 @@ class TranslationPyDataset(keras.utils.PyDataset):
 
     def assemble(self, rows, length):
         """The teacher-forcing batch of pairs `rows`, padded to `length`."""
-        t = self.tokenized
-        encoder = _padded(t.source_ids, t.source_offsets, rows, length)
-        decoder = _padded(t.target_ids, t.target_offsets, rows, length, shift=1)
-        decoder[:, 0] = START_ID
-        labels = _padded(t.target_ids, t.target_offsets, rows, length)
-        labels[np.arange(len(rows)), t.target_offsets[rows + 1] - t.target_offsets[rows]] = END_ID
-        return {"encoder_tokens": encoder, "decoder_tokens": decoder}, labels
+        return teacher_forcing_batch(self.tokenized, rows, length)
 
     def on_epoch_end(self):
         if self.plan.shuffle and not self.plan.repeat:
             self.epoch += 1
+
+
+def teacher_forcing_batch(tokenized, rows, length):
+    """The batch of pairs `rows` of `tokenized`: `(inputs, labels)`, int32 NumPy arrays padded to `length`.
+
+    `encoder_tokens = source`, `decoder_tokens = [START] + target`,
+    `labels = target + [END]`, each `(len(rows), length)`, padded with
+    `PAD_ID`; the batches of every pipeline have this form.
+
+    Example:
+
+    >>> tokenized = truncated_arrays(np.array([5, 6, 7]), np.array([0, 2, 3]), np.array([8, 9]),
+    ...                              np.array([0, 1, 2]), max_length=4)
+    >>> inputs, labels = teacher_forcing_batch(tokenized, np.array([1, 0]), 4)
+    >>> inputs["decoder_tokens"].tolist(), labels.tolist()
+    ([[2, 9, 0, 0], [2, 8, 0, 0]], [[9, 3, 0, 0], [8, 3, 0, 0]])
+    """
+    t = tokenized
+    rows = np.asarray(rows, np.int64)
+    encoder = _padded(t.source_ids, t.source_offsets, rows, length)
+    decoder = _padded(t.target_ids, t.target_offsets, rows, length, shift=1)
+    decoder[:, 0] = START_ID
+    labels = _padded(t.target_ids, t.target_offsets, rows, length)
+    labels[np.arange(len(rows)), t.target_offsets[rows + 1] - t.target_offsets[rows]] = END_ID
+    return {"encoder_tokens": encoder, "decoder_tokens": decoder}, labels
 
 
 def _padded(values, offsets, rows, width, shift=0):
@@ -300,4 +319,4 @@ def _padded(values, offsets, rows, width, shift=0):
     return out
 
 
-__all__ = ["TokenizedArrays", "TranslationPyDataset", "tokenize_pairs"]
+__all__ = ["TokenizedArrays", "TranslationPyDataset", "teacher_forcing_batch", "tokenize_pairs"]

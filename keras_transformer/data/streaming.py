@@ -32,12 +32,15 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
+from keras_transformer.data.batch_plan import SHUFFLE_BUFFER
+from keras_transformer.data.batch_plan import batch_sizes
+from keras_transformer.data.batch_plan import expected_batch_tokens  # noqa: F401 (re-exported)
 from keras_transformer.data.batch_plan import padded_lengths
+from keras_transformer.data.batch_plan import pairs_of_batches  # noqa: F401 (re-exported)
 from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.data.special_tokens import PAD_ID
 from keras_transformer.data.special_tokens import START_ID
 
-SHUFFLE_BUFFER = 65_536  # pairs; ~60 MB of token ids at 50 tokens a side
 _CHUNK = 1024  # pairs per generator element and per tokenizer call
 
 
@@ -188,7 +191,7 @@ def streamed_dataset(
     if not isinstance(batch_tokens, int) or batch_tokens < max_length:
         raise ValueError(f"`batch_tokens` must be an int >= max_length={max_length}; received {batch_tokens!r}")
     lengths = padded_lengths(max_length, bucket_width)
-    sizes = _batch_sizes(lengths, batch_tokens, batch_multiple)
+    sizes = batch_sizes(lengths, batch_tokens, batch_multiple)
     lengths_table = tf.constant(lengths, tf.int64)
     sizes_table = tf.constant(sizes, tf.int64)
 
@@ -226,66 +229,6 @@ def streamed_dataset(
         lambda _, source, decoder, labels: ({"encoder_tokens": source, "decoder_tokens": decoder}, labels)
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _batch_sizes(lengths, batch_tokens, batch_multiple):
-    return [max(batch_multiple, batch_tokens // length // batch_multiple * batch_multiple) for length in lengths]
-
-
-def expected_batch_tokens(source_lengths, target_lengths, max_length, *, batch_tokens=4096, batch_multiple=1,
-                          bucket_width=BUCKET_WIDTH):
-    """Real tokens per streamed batch, and the padding fraction, expected from a sample of pairs.
-
-    A streamed corpus is never counted; its dev split, a hash sample of
-    the same pairs, tells what its batches hold: a pair of bucket `L`
-    fills `1 / size(L)` of a batch, so the expected real tokens (source +
-    target + END, as the trainer counts them) per batch are the sample's
-    tokens over its fractional number of batches.
-
-    Args:
-        source_lengths, target_lengths: int arrays, the sample's truncated
-            token counts (targets without START and END).
-        max_length, batch_tokens, batch_multiple, bucket_width: as
-            `streamed_dataset`.
-
-    Returns:
-        `(tokens_per_batch, padding_fraction)`.
-
-    Example:
-
-    >>> expected_batch_tokens([3, 2], [2, 1], 8, batch_tokens=16)  # two pairs: one batch of 2 x 8
-    (10.0, 0.6875)
-    """
-    source_lengths = np.asarray(source_lengths, np.int64)
-    real = source_lengths + np.asarray(target_lengths, np.int64) + 1
-    lengths = np.array(padded_lengths(max_length, bucket_width))
-    sizes = np.array(_batch_sizes(lengths, batch_tokens, batch_multiple))
-    buckets = np.searchsorted(lengths, np.maximum(source_lengths, real - source_lengths))
-    batches = np.sum(1.0 / sizes[buckets])
-    return float(real.sum() / batches), float(1.0 - real.sum() / np.sum(2 * lengths[buckets]))
-
-
-def pairs_of_batches(dataset):
-    """The `(source ids, target ids)` pairs that the batches of a dataset hold, as tuples.
-
-    Reads back what a batch holds (padding and `START_ID`/`END_ID`
-    removed): a check that two pipelines hold the same pairs.
-
-    Example:
-
-    >>> import tensorflow as tf
-    >>> batch = ({"encoder_tokens": tf.constant([[5, 6, 0]]), "decoder_tokens": tf.constant([[2, 7, 0]])},
-    ...          tf.constant([[7, 3, 0]]))
-    >>> pairs_of_batches([batch])
-    [((5, 6), (7,))]
-    """
-    pairs = []
-    for inputs, labels in dataset:
-        for source, label in zip(np.asarray(inputs["encoder_tokens"]), np.asarray(labels)):
-            source = tuple(int(token) for token in source[source != 0])
-            label = label[label != 0]
-            pairs.append((source, tuple(int(token) for token in label[:-1])))
-    return pairs
 
 
 __all__ = ["SHUFFLE_BUFFER", "expected_batch_tokens", "pairs_of_batches", "streamed_dataset", "train_texts"]
