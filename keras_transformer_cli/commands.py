@@ -56,10 +56,14 @@ def evaluate(args, out):
 
     # The run's own corpus and splits, unless a flag says otherwise.
     config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
-    settings = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
-    settings = {key: settings.get(key) for key in CORPUS_FIELDS}
+    run_config = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
+    settings = {key: run_config.get(key) for key in CORPUS_FIELDS}
     settings.update({key: getattr(args, key) for key in CORPUS_FIELDS if getattr(args, key, None) is not None})
-    pairs = ParallelCorpus.from_config(settings).read().require(args.split)[: args.limit]
+    corpus = ParallelCorpus.from_config(settings)
+    if run_config.get("stream"):
+        pairs = _split_pairs(corpus, args.split, args.limit)
+    else:
+        pairs = corpus.read().require(args.split)[: args.limit]
     result = evaluate_pairs(_translator(args), pairs)
     print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}{'loops':>8}", file=out)
     print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}"
@@ -70,6 +74,24 @@ def evaluate(args, out):
         json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
                   f, indent=2, ensure_ascii=False)
     print(f"written to {path}", file=out)
+
+
+def _split_pairs(corpus, split, limit):
+    """The first `limit` pairs (None: all) of one split, read one at a time: a streamed run's corpus is never held."""
+    import itertools
+
+    from keras_transformer.data.parallel_corpus import CorpusSplits
+    from keras_transformer.errors import UserInputError
+
+    format_ = corpus.check()
+    if split == "heldout" and format_ != "bible":
+        CorpusSplits({}, format_).require(split)  # raises: only the Bible corpus has a heldout split
+    pairs = list(itertools.islice(corpus.iter_pairs(split), limit))
+    if not pairs:
+        advice = {"dev": "raise --dev-fraction, or pass --dev with dev pairs",
+                  "test": "raise --test-fraction, or pass --test with test pairs"}.get(split, "pass another --split")
+        raise UserInputError(f"the corpus has no {split} pairs; {advice}.")
+    return pairs
 
 
 def export(args, out):

@@ -320,3 +320,32 @@ def test_a_python_streamed_run_trains_and_resumes_with_tensorflow_blocked(tmp_pa
     assert any("skipping the 2 batches" in line for line in resumed["log"]), resumed["log"]
     assert (tmp_path / "run" / "model.keras").exists()
 
+
+def test_evaluate_on_a_streamed_run_reads_only_its_split_one_pair_at_a_time(tmp_path, monkeypatch):
+    import io
+
+    from keras_transformer import evaluation
+    from keras_transformer import run_folder
+    from keras_transformer_cli import commands
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    config = {**RUN, "stream": True}
+    (folder / run_folder.CONFIG_FILE).write_text(json.dumps(config))
+    expected = CORPUS.read()["test"]
+
+    def whole_corpus(self):
+        raise AssertionError("evaluate read the whole corpus of a streamed run")
+
+    scored = []
+    monkeypatch.setattr(ParallelCorpus, "read", whole_corpus)
+    monkeypatch.setattr(commands, "_translator", lambda args: None)
+    monkeypatch.setattr(evaluation, "evaluate_pairs", lambda translator, pairs: scored.append(pairs) or {
+        "sentences": len(pairs), "bleu": 0.0, "chrf": 0.0, "loop_rate": 0.0, "bleu_signature": "-"})
+    for limit, count in ((None, len(expected)), (3, 3)):
+        argv = ["evaluate", "--model", str(folder), "--split", "test"] + (["--limit", str(limit)] if limit else [])
+        commands.evaluate(cli.build_parser().parse_args(argv), io.StringIO())
+        assert scored[-1] == expected[:count] and len(expected) > 3
+    with pytest.raises(UserInputError, match="only the embedded Bible corpus has a heldout split"):
+        commands.evaluate(cli.build_parser().parse_args(["evaluate", "--model", str(folder), "--split", "heldout"]),
+                          io.StringIO())
