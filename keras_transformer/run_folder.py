@@ -4,8 +4,12 @@ A training run writes everything into one folder (`--output`):
 
 - `config.json` (`CONFIG_FILE`): the `TrainConfig`; a run resumes only with the same one.
 - `vocabulary.spm` (`VOCABULARY_FILE`): the SentencePiece model.
-- `model.keras` (`MODEL_FILE`): the trained model, saved at the end.
+- `model.keras` (`MODEL_FILE`): the trained model: the weights with the best dev
+  BLEU, saved when they are scored (`model_selection`).
+- `model_selection.json` (`SELECTION_FILE`): dev BLEU per virtual epoch, and what was kept.
+- `checkpoints/` (`CHECKPOINT_FOLDER`): the last weights averaged with `--average-last`.
 - `log.csv` (`LOG_FILE`), `logs/` (`TENSORBOARD_FOLDER`): metrics per virtual epoch.
+- `learning_curve.png` (`LEARNING_CURVE_FILE`): loss and dev BLEU against steps.
 - `progress.json` (`PROGRESS_FILE`): finished virtual epochs and dropout's random state.
 - `summary.json` (`SUMMARY_FILE`): the final figures.
 - `backup/` (`BACKUP_FOLDER`): the last two backups, for resuming.
@@ -27,6 +31,7 @@ MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabular
 # What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
 _BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 TENSORBOARD_FOLDER = "logs"
+SELECTION_FILE, CHECKPOINT_FOLDER, LEARNING_CURVE_FILE = "model_selection.json", "checkpoints", "learning_curve.png"
 # Disk use: float32 weights and Adam's two moments (3 x 4 bytes a parameter)
 # in model.keras and in each of the two backups, plus logs and vocabulary.
 _BYTES_PER_PARAMETER = 3 * 4 * 3
@@ -71,11 +76,12 @@ def prepare_output(config, overwrite=False):
         raise UserInputError(f"--output {config.output!r} is not writable: {error.strerror}.")
     config_path = os.path.join(config.output, CONFIG_FILE)
     if overwrite or not os.path.exists(config_path):
-        for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE):
+        for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE, SELECTION_FILE, LEARNING_CURVE_FILE):
             if os.path.exists(os.path.join(config.output, name)):
                 os.remove(os.path.join(config.output, name))
-        # A backup of another run would otherwise be restored into this one.
-        shutil.rmtree(os.path.join(config.output, BACKUP_FOLDER), ignore_errors=True)
+        # A backup or checkpoint of another run would otherwise be restored into this one.
+        for folder in (BACKUP_FOLDER, CHECKPOINT_FOLDER):
+            shutil.rmtree(os.path.join(config.output, folder), ignore_errors=True)
         write_json(config_path, dataclasses.asdict(config))
         return 0
     saved = read_json(config_path)
@@ -186,21 +192,23 @@ def _size(num_bytes):
         num_bytes /= 1024
 
 
-def check_free_space(output, parameters):
-    """Fails before training when the folder cannot hold what the run writes."""
+def check_free_space(output, parameters, checkpoints=0):
+    """Fails before training when the folder cannot hold what the run writes
+    (with `checkpoints` kept for averaging, 4 bytes a parameter each)."""
     backup = os.path.join(output, BACKUP_FOLDER)
     existing = [os.path.join(output, MODEL_FILE)] + (
         [os.path.join(backup, name) for name in os.listdir(backup)] if os.path.isdir(backup) else []
     )
     # Files this run rewrites in place need no more room than they already take.
-    needed = parameters * _BYTES_PER_PARAMETER + _LOG_BYTES
+    needed = parameters * (_BYTES_PER_PARAMETER + 4 * checkpoints) + _LOG_BYTES
     needed -= sum(os.path.getsize(path) for path in existing if os.path.isfile(path))
     free = shutil.disk_usage(output).free
     if free < needed:
         raise UserInputError(
             f"--output {output!r} has {_size(free)} free, but this run writes about {_size(needed)} "
             f"(model.keras and two backups, each with the Adam moments of {parameters:,} parameters, "
-            "plus logs). Free some space or choose another --output."
+            + (f"{checkpoints} checkpoints to average, " if checkpoints else "")
+            + "plus logs). Free some space or choose another --output."
         )
 
 

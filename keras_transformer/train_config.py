@@ -23,10 +23,11 @@ INPUT_PIPELINES = ("auto", "tf.data", "python")
 # Fields that may differ when a run is resumed in the same folder (a backup
 # holds whole arrays, so it reloads onto another number of devices; both
 # input pipelines yield the same batches).
-# The language names are labels only.
+# The language names are labels only; dev BLEU and averaging pick among the
+# weights, they do not change training.
 RESUMABLE_CHANGES = (
     "output", "epochs", "jit_compile", "distribute", "input_pipeline", "flash_attention",
-    "source_language", "target_language",
+    "source_language", "target_language", "dev_bleu_sentences", "average_last",
 )
 # The fields that say where the corpus is and how to read and split it
 # (`keras_transformer.data.parallel_corpus.ParallelCorpus`).
@@ -127,6 +128,15 @@ class TrainConfig:
         vocabulary_sample: the vocabulary is learned from at most this many
             train sentences (both sides of half as many pairs, a uniform
             sample seeded by `seed`). Defaults to 200,000.
+        dev_bleu_sentences: after each virtual epoch the first this many
+            dev sentences are translated (greedy) and scored with BLEU;
+            `model.keras` keeps the weights that scored best
+            (`model_selection`). 0 turns it off: the last weights are kept.
+            Defaults to 200.
+        average_last: above 1, the trainable weights of this many last
+            virtual epochs are averaged after training, as in the paper, and
+            the average is kept if it scores a better dev BLEU (without dev
+            BLEU: always). Defaults to 1 (no averaging).
 
     Example:
 
@@ -169,6 +179,8 @@ class TrainConfig:
     target_language: str = None
     stream: bool = False
     vocabulary_sample: int = DEFAULT_VOCABULARY_SAMPLE
+    dev_bleu_sentences: int = 200
+    average_last: int = 1
 
     def parallel_corpus(self):
         """The `ParallelCorpus` the corpus fields name (checked when resolved).
@@ -249,6 +261,11 @@ class TrainConfig:
                 "pip install tensorflow, or use --input-pipeline python ("
                 + ("it streams too, no TensorFlow; its shuffle differs)." if self.stream
                    else "the same batches, no TensorFlow).")
+            )
+        if self.dev_bleu_sentences < 0 or self.average_last < 1:
+            raise UserInputError(
+                f"--dev-bleu-sentences must be at least 0 and --average-last at least 1, got "
+                f"{self.dev_bleu_sentences} and {self.average_last}."
             )
         if self.vocabulary_sample < 2:
             raise UserInputError(

@@ -181,6 +181,12 @@ def _add_train_arguments(parser):
                         help="--no-flash-attention: the explicit float32-softmax attention instead of the "
                              "backend's fused kernel, the fallback if a fused kernel gives NaN; a resumed "
                              "run may change it (default: the backend decides)")
+    parser.add_argument("--dev-bleu-sentences", type=_non_negative_int, default=200, metavar="N",
+                        help="after each virtual epoch, translate the first N dev sentences (greedy) and keep "
+                             "the weights with the best BLEU as model.keras; 0 keeps the last weights")
+    parser.add_argument("--average-last", type=_positive_int, default=1, metavar="K",
+                        help="average the weights of the last K virtual epochs after training, as the paper "
+                             "does, and keep the average if its dev BLEU is better; 1 averages nothing")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights, dropout and the data order")
     parser.add_argument("--distribute", choices=("data", "model"),
                         help="train on all visible devices: data = data parallel (JAX DataParallel, "

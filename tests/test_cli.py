@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for flag, default in (("--dropout", "0.1"), ("--seed", "0"), ("--vocabulary-size", "8000"),
                           ("--label-smoothing", "0.1"), ("--batch-tokens", "4096"), ("--max-length", "128")):
-        assert f"{flag}" in text and f"(default: {default})" in text.split(flag, 2)[-1][:400], flag
+        entry = re.search(rf"{flag} [A-Z_]+ (.{{0,400}})", text)  # the option's own entry, not the usage line
+        assert entry and f"(default: {default})" in entry.group(1), flag
     assert "400 for tiny" in text  # --warmup-steps: the preset's default
     for preset, layers in (("tiny", "2+2 layers"), ("base", "6+6 layers")):
         sizes = PRESETS[preset]
