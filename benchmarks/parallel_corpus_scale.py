@@ -2,6 +2,8 @@
 
     python -m benchmarks.parallel_corpus_scale --out benchmarks/results/cpu-corpus-scale
     python -m benchmarks.parallel_corpus_scale --pairs 2000 --memory-pairs 2000 --steps 3 --out /tmp/scale  # smoke
+    python -m benchmarks.parallel_corpus_scale --pairs 100000 --small-pairs 100000 --modes stream \
+        --input-pipelines tf.data python --steps 10 --out benchmarks/results/cpu-stream-pipelines-torch  # the two streams
 
 The corpus: pairs of two embedded Bible verses each (verse i then verse j,
 both sides, i and j drawn with a seeded generator), so SentencePiece sees
@@ -17,10 +19,16 @@ Each measurement runs in its own process (`--child`), so its peak RSS
   trainer's log lines (reading / scanning the corpus, the vocabulary, the
   tokenization, the batch statistics), the peak RSS at the first step and
   at the end, and the training steps/s after the first step.
-- **pipeline**: the batches alone, no model: the streamed `tf.data`
-  pipeline (reading, tokenizing, shuffling, bucketing), or the in-memory
-  one (the corpus read and tokenized first, timed apart, then the batch
-  plan's batches); real (non-padding) source + target tokens per second.
+- **pipeline**: the batches alone, no model: the streamed pipeline
+  (reading, tokenizing, shuffling, bucketing), or the in-memory one (the
+  corpus read and tokenized first, timed apart, then the batch plan's
+  batches); real (non-padding) source + target tokens per second, and the
+  RSS after the imports (before the pipeline is built) beside the peak.
+
+`--input-pipelines tf.data python` measures each mode on both input
+pipelines (`--input-pipeline`); a python measurement runs with TensorFlow
+blocked (`sys.modules["tensorflow"] = None`), as on a machine without it,
+so its RSS holds no TensorFlow. `--modes stream` leaves out in memory.
 """
 
 import argparse
@@ -53,17 +61,17 @@ def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
 
 
-def _config(corpus, output, stream, steps):
+def _config(corpus, output, stream, steps, input_pipeline="auto"):
     from keras_transformer.train_config import TrainConfig
 
     return TrainConfig(
         output=output, corpus=corpus, stream=stream, preset="tiny", epochs=1, steps_per_epoch=steps,
         dev_fraction=PIPELINE_DEV_FRACTION, test_fraction=PIPELINE_DEV_FRACTION, source_language="es",
-        target_language="en",
+        target_language="en", input_pipeline=input_pipeline,
     )
 
 
-def child_train(corpus, stream, steps, output):
+def child_train(corpus, stream, steps, output, input_pipeline="auto"):
     import keras
 
     from keras_transformer.trainer import train_translator
@@ -76,7 +84,8 @@ def child_train(corpus, stream, steps, output):
             steps_done.append((time.perf_counter() - start, _peak_rss_mb()))
 
     summary = train_translator(
-        _config(corpus, output, stream, steps), verbose=0, callbacks=[FirstStep()], sample_sentences=0,
+        _config(corpus, output, stream, steps, input_pipeline), verbose=0, callbacks=[FirstStep()],
+        sample_sentences=0,
         log=lambda line: log.append((round(time.perf_counter() - start, 1), line)),
     )
     later = steps_done[-1][0] - steps_done[0][0]
@@ -92,40 +101,52 @@ def child_train(corpus, stream, steps, output):
     }
 
 
-def child_pipeline(corpus, stream, batches, vocabulary):
+def child_pipeline(corpus, stream, batches, vocabulary, input_pipeline="tf.data"):
     import numpy as np
 
-    from keras_transformer.data.tokenizer import load_tokenizer
+    config = _config(corpus, None, stream, 1, input_pipeline).resolved()
+    python = input_pipeline == "python"
+    if python:
+        from keras_transformer.data import python_pipeline as pipeline
+        from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer as load_tokenizer
+    else:
+        from keras_transformer.data import pipeline
+        from keras_transformer.data.tokenizer import load_tokenizer
 
-    config = _config(corpus, None, stream, 1).resolved()
     tokenizer = load_tokenizer(vocabulary)
-    result = {}
+    result = {"rss_mb_after_imports": _peak_rss_mb()}
     start = time.perf_counter()
     if stream:
         from keras_transformer.data.corpus_scan import scan_corpus
-        from keras_transformer.data.streaming import streamed_dataset
 
         train_lines = scan_corpus(config.parallel_corpus(), vocabulary_sample=2).train_lines
         result["seconds_to_scan"] = time.perf_counter() - start
+        if python:
+            from keras_transformer.data.python_streaming import StreamedPyDataset as streamed_dataset
+        else:
+            from keras_transformer.data.streaming import streamed_dataset
         dataset = streamed_dataset(config.parallel_corpus(), train_lines, tokenizer, config.max_length, seed=0)
     else:
-        from keras_transformer.data import pipeline
-
         pairs = config.parallel_corpus().read()["train"]
         result["seconds_to_read"] = time.perf_counter() - start
         tokens = pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)
         result["seconds_to_read_and_tokenize"] = time.perf_counter() - start
-        result["source_tokens_per_pair"] = float(np.mean(tokens.sources.row_lengths().numpy()))
+        lengths = np.diff(tokens.source_offsets) if python else tokens.sources.row_lengths().numpy()
+        result["source_tokens_per_pair"] = float(np.mean(lengths))
         del pairs
-        dataset = pipeline.translation_dataset(tokens, repeat=True, seed=0)
+        dataset = (pipeline.TranslationPyDataset(tokens, repeat=True, seed=0) if python
+                   else pipeline.translation_dataset(tokens, repeat=True, seed=0))
     iterator = iter(dataset)
     next(iterator)
     result["seconds_to_first_batch"] = time.perf_counter() - start
-    real, begin = 0, time.perf_counter()
+    real, sources, rows, begin = 0, 0, 0, time.perf_counter()
     for _ in range(batches):
         inputs, labels = next(iterator)
+        sources += int(np.count_nonzero(inputs["encoder_tokens"]))
         real += int(np.count_nonzero(inputs["encoder_tokens"])) + int(np.count_nonzero(labels))
+        rows += len(labels)
     seconds = time.perf_counter() - begin
+    result.setdefault("source_tokens_per_pair", sources / rows)
     result.update(batches=batches, tokens_per_second=real / seconds, peak_rss_mb=_peak_rss_mb())
     return result
 
@@ -146,28 +167,31 @@ def _markdown(results):
     lines = [
         f"# Corpus scale: {results['machine']}, KERAS_BACKEND={results['backend']}, tiny preset",
         "",
-        f"Generated corpus: pairs of two Bible verses, {results['source_tokens_per_pair']:.1f} source tokens "
-        "a pair (8000-piece vocabulary; targets alike).",
+        "Generated corpus: pairs of two Bible verses"
+        + (f", {results['source_tokens_per_pair']:.1f} source tokens a pair (8000-piece vocabulary; targets alike; "
+           "truncated to 128)." if results["source_tokens_per_pair"] == results["source_tokens_per_pair"] else "."),
         "",
-        "| mode | pairs | peak RSS (MB), first step / end | seconds to the first step | train steps/s "
-        "| pipeline alone, tokens/s | pipeline peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | input pipeline | pairs | peak RSS (MB), first step / end | seconds to the first step "
+        "| train steps/s | pipeline alone, tokens/s | pipeline RSS (MB), after imports / peak |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in results["runs"]:
         train, pipe = row["train"], row["pipeline"]
+        pipeline = row.get("input_pipeline", "tf.data")
         if "error" in train:
-            lines.append(f"| {row['mode']} | {row['pairs']:,} | failed: {train['error']} | | | | |")
+            lines.append(f"| {row['mode']} | {pipeline} | {row['pairs']:,} | failed: {train['error']} | | | | |")
             continue
         lines.append(
-            f"| {row['mode']} | {row['pairs']:,} | {train['peak_rss_mb_at_first_step']:,.0f} / "
+            f"| {row['mode']} | {pipeline} | {row['pairs']:,} | {train['peak_rss_mb_at_first_step']:,.0f} / "
             f"{train['peak_rss_mb']:,.0f} | {train['seconds_to_first_step']:.0f} | "
             f"{train['train_steps_per_second']:.2f} | {pipe.get('tokens_per_second', float('nan')):,.0f} | "
-            f"{pipe.get('peak_rss_mb', float('nan')):,.0f} |"
+            f"{pipe.get('rss_mb_after_imports', float('nan')):,.0f} / {pipe.get('peak_rss_mb', float('nan')):,.0f} |"
         )
     lines += ["", "Where the time to the first step goes (seconds from the call, the trainer's log lines):", ""]
     for row in results["runs"]:
         for seconds, line in row["train"].get("log", []):
-            lines.append(f"- {row['mode']} {row['pairs']:,}: {seconds:7.1f} s  {line[:140]}")
+            lines.append(f"- {row['mode']} {row.get('input_pipeline', 'tf.data')} {row['pairs']:,}: "
+                         f"{seconds:7.1f} s  {line[:140]}")
     return "\n".join(lines) + "\n"
 
 
@@ -181,14 +205,20 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="training steps of each train measurement")
     parser.add_argument("--batches", type=int, default=300, help="batches of each pipeline measurement")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per measurement")
+    parser.add_argument("--modes", nargs="+", choices=("stream", "memory"), default=["stream", "memory"],
+                        help="streamed (--stream) and/or in memory")
+    parser.add_argument("--input-pipelines", nargs="+", choices=("tf.data", "python"), default=["tf.data"],
+                        help="the input pipelines to measure each mode on; python runs with TensorFlow blocked")
     parser.add_argument("--out", help="folder for results.json and results.md (required)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        kind, corpus, stream, number, extra = args.child
+        kind, corpus, stream, number, extra, input_pipeline = args.child
+        if input_pipeline == "python":
+            sys.modules["tensorflow"] = None  # as on a machine without TensorFlow: `import tensorflow` fails
         stream = stream == "stream"
-        result = (child_train(corpus, stream, int(number), extra) if kind == "train"
-                  else child_pipeline(corpus, stream, int(number), extra))
+        result = (child_train(corpus, stream, int(number), extra, input_pipeline) if kind == "train"
+                  else child_pipeline(corpus, stream, int(number), extra, input_pipeline))
         print(json.dumps(result), flush=True)
         os._exit(0)  # no interpreter teardown under tf.data's threads
     import platform
@@ -197,7 +227,10 @@ def main(argv=None):
         parser.error("--out is required")
     os.makedirs(args.out, exist_ok=True)
     folder = tempfile.mkdtemp(prefix="corpus-scale-")
-    sizes = sorted({args.pairs, args.memory_pairs, args.small_pairs})
+    plan = [(mode, size) for mode, size in (("stream", args.small_pairs), ("stream", args.pairs),
+                                             ("memory", args.small_pairs), ("memory", args.memory_pairs))
+            if mode in args.modes]
+    sizes = sorted({size for _, size in plan})
     corpora = {}
     for size in sizes:
         corpora[size] = os.path.join(folder, f"pairs{size}.es-en.tsv")
@@ -205,19 +238,19 @@ def main(argv=None):
         generate_corpus(corpora[size], size)
         print(f"generated {size:,} pairs ({os.path.getsize(corpora[size]) / 1e6:.0f} MB) in "
               f"{time.perf_counter() - start:.0f} s", flush=True)
-    plan = [("stream", args.small_pairs), ("stream", args.pairs), ("memory", args.small_pairs),
-            ("memory", args.memory_pairs)]
     runs = []
     for mode, size in dict.fromkeys(plan):
-        output = os.path.join(folder, f"run-{mode}-{size}")
-        train = _run_child(args, "train", corpora[size], mode, str(args.steps), output)
-        print(f"{mode} {size:,} train: {json.dumps({k: v for k, v in train.items() if k != 'log'})}", flush=True)
-        pipe = {}
-        if "error" not in train:
-            vocabulary = os.path.join(output, "vocabulary.spm")
-            pipe = _run_child(args, "pipeline", corpora[size], mode, str(args.batches), vocabulary)
-            print(f"{mode} {size:,} pipeline: {json.dumps(pipe)}", flush=True)
-        runs.append({"mode": mode, "pairs": size, "train": train, "pipeline": pipe})
+        for pipeline in args.input_pipelines:
+            output = os.path.join(folder, f"run-{mode}-{size}-{pipeline}")
+            name = f"{mode} {pipeline} {size:,}"
+            train = _run_child(args, "train", corpora[size], mode, str(args.steps), output, pipeline)
+            print(f"{name} train: {json.dumps({k: v for k, v in train.items() if k != 'log'})}", flush=True)
+            pipe = {}
+            if "error" not in train:
+                vocabulary = os.path.join(output, "vocabulary.spm")
+                pipe = _run_child(args, "pipeline", corpora[size], mode, str(args.batches), vocabulary, pipeline)
+                print(f"{name} pipeline: {json.dumps(pipe)}", flush=True)
+            runs.append({"mode": mode, "input_pipeline": pipeline, "pairs": size, "train": train, "pipeline": pipe})
     source_tokens = [run["pipeline"].get("source_tokens_per_pair") for run in runs]
     results = {
         "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
