@@ -4,9 +4,12 @@
     python -m benchmarks.run --quick --out /tmp/bench          # tiny config, 2 repeats: a smoke test
     KERAS_BACKEND=jax python -m benchmarks.run --config big --seq-len 512 --mixed-precision bfloat16 --jit-compile
 
-One process, one run: the same encoder-decoder configuration is built three
-ways (`benchmarks.reference_models`) and timed on the same synthetic batches
+The same encoder-decoder configuration is built three ways
+(`benchmarks.reference_models`) and timed on the same synthetic batches
 (random token ids, no padding, so every implementation does the same work).
+All three share one process, or, with `--process-per-implementation` (the
+default where a GPU is visible), each has its own (`benchmarks.per_process`)
+and the results are merged: two big models do not fit on one GPU together.
 Each phase warms every implementation up first (tracing, compilation: never
 timed), then times them round-robin, one repeat of each before the next
 repeat of any, so a slow moment of a shared machine hits all of them alike.
@@ -27,7 +30,10 @@ with `--threads 1`).
   `keras.ops.while_loop`, compiled with XLA unless `--no-jit-compile`, and always on JAX); and
   for all three the uncached loop that re-runs the whole model on the
   prefix at every step (what the tutorial does;
-  `keras.layers.MultiHeadAttention` has no cache).
+  `keras.layers.MultiHeadAttention` has no cache). Its prefix has a fixed
+  length of `--new-tokens` (later positions padding, hidden by the causal
+  mask), so every step costs the same: only its first
+  `--uncached-new-tokens` steps are timed, and its tokens/s is theirs.
 - peak memory of building, compiling and the warm-up training epoch, over
   what was in use before: the allocator's peak on a GPU (TensorFlow and
   torch reset it per implementation; JAX cannot reset it, so a number
@@ -68,6 +74,7 @@ from benchmarks.reference_models import IMPLEMENTATIONS
 from benchmarks.reference_models import KerasHubCachedDecoder
 from benchmarks.reference_models import build_model
 from benchmarks.reference_models import encoder_model
+from keras_transformer.decoding import UncachedDecoder
 
 OURS = "keras_transformer"
 QUICK = dict(
@@ -107,7 +114,14 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated per source (default: %(default)s)")
     parser.add_argument("--decode-repeats", type=int,
                         help="timed repeats of each decoding loop (default: --repeats)")
+    parser.add_argument("--uncached-new-tokens", type=int, default=32,
+                        help="steps of the uncached loop timed, at most --new-tokens; each runs the whole model on "
+                             "the full --new-tokens prefix, so each costs the same (default: %(default)s)")
     parser.add_argument("--implementations", nargs="+", choices=IMPLEMENTATIONS, default=list(IMPLEMENTATIONS))
+    parser.add_argument("--uncached-implementations", nargs="+", choices=IMPLEMENTATIONS,
+                        default=list(IMPLEMENTATIONS),
+                        help="implementations whose uncached loop is timed; the tutorial's is the baseline of "
+                             "cached decoding (default: all)")
     parser.add_argument("--phases", nargs="+", choices=("train", "encode", "decode"),
                         default=["train", "encode", "decode"])
     parser.add_argument("--mixed-precision", choices=("float16", "bfloat16"),
@@ -123,6 +137,12 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
                              "stable measure on a shared machine (default: the backend's own)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny config, sequence 16, 2 repeats: checks that everything runs")
+    parser.add_argument("--process-per-implementation", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure each implementation in its own process and merge the results "
+                             "(default: on where a GPU is visible)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --process-per-implementation: keep the results of an implementation already "
+                             "in --out/IMPLEMENTATION from the same command, measure the others")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmark_results", help="folder for results.json and results.md")
     parser.add_argument("--render", metavar="RESULTS_JSON",
@@ -133,7 +153,8 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
     args = parser.parse_args(argv)
     args.argv = argv
     args.decode_repeats = args.decode_repeats or args.repeats
-    for name in ("repeats", "steps", "encode_repeats", "decode_batch", "new_tokens", "decode_repeats"):
+    for name in ("repeats", "steps", "encode_repeats", "decode_batch", "new_tokens", "decode_repeats",
+                 "uncached_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.threads is not None and args.threads < 1:
@@ -485,13 +506,37 @@ def _time_encoders(subjects, args, seq_len):
         )
 
 
+class ReferenceUncachedDecoder(UncachedDecoder):
+    """`UncachedDecoder` on any model with the inputs `{"encoder_tokens", "decoder_tokens"}`.
+
+    The package's `UncachedDecoder` reads the source vocabulary and length
+    from the layers of a `transformer()` model, which KerasHub's and the
+    tutorial's builds do not have; here they are not checked (the
+    benchmark's ids are in range by construction). The loop is the same.
+
+    Args:
+        model: a `build_model(...)` model.
+        max_length: int, the longest target, start token included.
+        jit_compile: bool, as `UncachedDecoder`.
+    """
+
+    def __init__(self, model, max_length, jit_compile=False):
+        self.model = model
+        self.source_vocabulary_size = self.source_max_length = None
+        self.max_length = max_length
+        self.jit_compile = jit_compile
+
+
 def _time_decoding(subjects, args, seq_len):
     from keras_transformer.decoding import CachedDecoder
     from keras_transformer.decoding import greedy_search
-    from keras_transformer.decoding import UncachedDecoder
 
     vocabulary_size = CONFIGS[args.config]["vocabulary_size"]
     new_tokens, jit_compile = args.new_tokens, _decode_jit(args)
+    # The uncached prefix is `new_tokens` long from the first step (padding
+    # hidden by the causal mask): every step costs the same, so the first
+    # `uncached_tokens` give the rate of all `new_tokens`.
+    uncached_tokens = min(args.uncached_new_tokens, new_tokens)
     # The same sources for every implementation.
     source = _tokens(np.random.default_rng(args.seed + 1), vocabulary_size, (args.decode_batch, seq_len))
     functions = {}
@@ -506,18 +551,21 @@ def _time_decoding(subjects, args, seq_len):
             functions[name, "cached"] = lambda decoder=decoder: greedy_search(
                 decoder, source, new_tokens, stop_at_end=False
             )
-        uncached = UncachedDecoder(model, max_length=new_tokens + 1, jit_compile=jit_compile)
-        functions[name, "uncached"] = lambda uncached=uncached: greedy_search(
-            uncached, source, new_tokens, stop_at_end=False
-        )
+        if name in args.uncached_implementations:
+            uncached = (UncachedDecoder if name == OURS else ReferenceUncachedDecoder)(
+                model, max_length=new_tokens + 1, jit_compile=jit_compile)
+            functions[name, "uncached"] = lambda uncached=uncached: greedy_search(
+                uncached, source, uncached_tokens, stop_at_end=False
+            )
     wall, cpu = interleaved_seconds(functions, args.decode_repeats)
-    generated = args.decode_batch * new_tokens
+    generated = {"cached": args.decode_batch * new_tokens, "uncached": args.decode_batch * uncached_tokens}
     for subject in subjects:
-        result = dict(new_tokens=new_tokens, batch_size=args.decode_batch, jit_compile=jit_compile)
+        result = dict(new_tokens=new_tokens, uncached_new_tokens=uncached_tokens, batch_size=args.decode_batch,
+                      jit_compile=jit_compile)
         for kind in ("cached", "uncached"):
             seconds = wall.get((subject.implementation, kind))
             if seconds:
-                result[f"{kind}_tokens_per_second"] = generated / statistics.median(seconds)
+                result[f"{kind}_tokens_per_second"] = generated[kind] / statistics.median(seconds)
                 result[f"{kind}_seconds_repeats"] = [round(t, 3) for t in seconds]
                 result[f"{kind}_cpu_seconds_repeats"] = [round(t, 3) for t in cpu[subject.implementation, kind]]
         subject.result["decode"] = result
@@ -648,12 +696,14 @@ def describe_device():
     """The device the backend computes on, with its bf16 peak where known.
 
     Returns:
-        dict: `backend`, `accelerator` (GPU name or None), `name`,
-        `peak_flops` (FLOP/s or None).
+        dict: `backend`, `backend_version`, `accelerator` (GPU name or
+        None), `name`, `peak_flops` (FLOP/s or None).
     """
     accelerator = accelerator_name()
+    backend = keras.backend.backend()
     return dict(
-        backend=keras.backend.backend(),
+        backend=backend,
+        backend_version=getattr(sys.modules.get(backend), "__version__", None),
         accelerator=accelerator,
         name=accelerator or cpu_name(),
         peak_flops=flops.peak_flops(accelerator) if accelerator else None,
@@ -790,9 +840,14 @@ def _statistic_table(report, statistic):
         ours = next((r for r in rows if r["implementation"] == OURS), {})
         first = rows[0]
         decode = first.get("decode", {})
+        uncached_steps = decode.get("uncached_new_tokens", decode.get("new_tokens"))
+        bound = ("" if uncached_steps == decode.get("new_tokens") else
+                 f"; uncached: the first {uncached_steps} steps timed, "
+                 f"each on the full {decode['new_tokens']}-token prefix")
         lines += [
             f"**Sequence length {seq_len}** (batch {first['batch_size']} x ({seq_len} source + {seq_len} target) "
-            f"tokens; decoding: {decode.get('batch_size', '-')} sources, {decode.get('new_tokens', '-')} new tokens)",
+            f"tokens; decoding: {decode.get('batch_size', '-')} sources, {decode.get('new_tokens', '-')} new tokens"
+            f"{bound})",
             "",
             "| implementation | parameters | train tokens/s | vs ours | "
             + ("MFU" if accelerator else "achieved GFLOP/s")
@@ -855,9 +910,14 @@ def markdown_table(report):
         f"dropout {meta['dropout']}; {meta['repeats']} repeats of {meta['steps']} training steps "
         f"(encoder: {meta.get('encode_repeats', meta['repeats'])} repeats, decoding: {meta['decode_repeats']}), "
         f"interleaved, after a warm-up; CPU threads: {meta.get('threads') or 'backend default'}; "
-        f"Keras {meta['keras']}, KerasHub {meta['keras_hub']}.",
+        f"Keras {meta['keras']}, KerasHub {meta['keras_hub']}"
+        + (f", {meta['device']['backend']} {meta['device']['backend_version']}"
+           if meta["device"].get("backend_version") else "") + ".",
         "",
     ]
+    if meta.get("process_per_implementation"):
+        lines += ["Each implementation measured in its own process."
+                  + "".join(f" `{name}`: not measured ({why})." for name, why in meta.get("failed", {}).items()), ""]
     # The fastest repeats stay in results.json; CPU time means nothing for a GPU.
     shown = ("median",) if meta["device"]["accelerator"] else ("median", "cpu")
     for statistic in shown:
@@ -936,7 +996,9 @@ def run(args):
     import keras_hub
 
     results = []
-    if not args.quick:
+    # With one implementation in the process there is no one else to charge
+    # library start-up to, and its own warm-up epochs come before any timing.
+    if not args.quick and len(args.implementations) > 1:
         started = time.perf_counter()
         warm_up_process(args)
         print(f"[{device['backend']}] process warmed up ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -961,6 +1023,7 @@ def run(args):
             steps=args.steps,
             encode_repeats=args.encode_repeats,
             decode_repeats=args.decode_repeats,
+            uncached_new_tokens=args.uncached_new_tokens,
             seed=args.seed,
             threads=args.threads,
         ),
@@ -979,14 +1042,21 @@ def main(argv=None, prog="python -m benchmarks.run"):
         prog: str, the program name in usage and errors.
 
     Returns:
-        0.
+        0, or 1 when an implementation measured in its own process failed.
     """
+    from benchmarks import per_process
+
     args = parse_args(argv, prog)
     if args.render:
         with open(args.render) as f:
             report = json.load(f)
         print(write_report(report, os.path.dirname(os.path.abspath(args.render))))
         return 0
+    if args.process_per_implementation is None:
+        args.process_per_implementation = per_process.gpu_visible() and len(args.implementations) > 1
+    if args.process_per_implementation:
+        report = per_process.run_per_process(args)
+        return 1 if report["meta"].get("failed") else 0
     run(args)
     return 0
 

@@ -1,6 +1,7 @@
 """The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run."""
 
 import json
+import os
 import pathlib
 import sys
 
@@ -245,3 +246,164 @@ def test_the_step_profile_accounts_for_the_whole_step_and_finds_the_matmuls(tmp_
     assert sum(report["categories"].values()) == pytest.approx(report["seconds_per_step"])
     assert report["categories"]["matmul"] > 0 and report["categories"]["normalization"] > 0
     assert "| matmul |" in (tmp_path / "results.md").read_text()
+
+
+def _decode_quick_args(out, *more):
+    return ["--quick", "--phases", "decode", "--repeats", "1", "--new-tokens", "6", "--uncached-new-tokens", "2",
+            "--out", str(out), *more]
+
+
+def test_uncached_loop_is_timed_on_its_first_steps_over_the_full_prefix_and_says_so(tmp_path, monkeypatch):
+    import keras_transformer.decoding
+    from benchmarks import run
+
+    calls = []
+    greedy_search = keras_transformer.decoding.greedy_search
+
+    def recorded(decoder, source, max_new_tokens, **kwargs):
+        calls.append((type(decoder).__name__, max_new_tokens, decoder.max_length))
+        return greedy_search(decoder, source, max_new_tokens, **kwargs)
+
+    monkeypatch.setattr(keras_transformer.decoding, "greedy_search", recorded)
+    report = run.run(run.parse_args(_decode_quick_args(tmp_path, "--implementations", "keras_transformer", "tutorial")))
+    # The cached loop runs all 6 tokens; the uncached loops only 2 steps, each on the full 6-token prefix.
+    assert set(calls) == {("CachedDecoder", 6, 7), ("UncachedDecoder", 2, 7), ("ReferenceUncachedDecoder", 2, 7)}
+    ours, tutorial = report["results"]
+    for decode in (ours["decode"], tutorial["decode"]):
+        assert (decode["new_tokens"], decode["uncached_new_tokens"]) == (6, 2)
+        assert decode["uncached_tokens_per_second"] > 0
+    assert ours["decode"]["cached_tokens_per_second"] > 0
+    assert "uncached: the first 2 steps timed, each on the full 6-token prefix" in (tmp_path / "results.md").read_text()
+
+
+def test_reference_uncached_loop_gives_the_tokens_of_keras_hubs_cache(rng):
+    from keras_transformer.decoding import greedy_search
+    from benchmarks.run import ReferenceUncachedDecoder
+
+    model = build_model("keras_hub", QUICK, max_length=16, dropout=0.0)
+    source = _batch(rng, 2, 5, 1)["encoder_tokens"]
+    cached = greedy_search(KerasHubCachedDecoder(model, max_length=5), source, 4, stop_at_end=False)
+    uncached = greedy_search(ReferenceUncachedDecoder(model, max_length=5), source, 4, stop_at_end=False)
+    np.testing.assert_array_equal(cached, uncached)
+
+
+# Every Python process started with this folder first on PYTHONPATH has TensorFlow
+# blocked as tests/test_without_tensorflow.py blocks it: `import tensorflow` raises.
+BLOCK_TENSORFLOW = 'import sys\nsys.modules["tensorflow"] = None\n'
+
+
+def test_one_process_per_implementation_gives_the_rows_of_one_process(tmp_path):
+    from benchmarks import per_process
+    from benchmarks import run
+
+    arguments = ["--implementations", "keras_transformer", "tutorial"]
+    shared = run.run(run.parse_args(_decode_quick_args(tmp_path / "shared", *arguments)))
+
+    # The children's command lines, run here rather than in new processes
+    # (the next test starts a real one): `python -m benchmarks.run ARGS`.
+    launched = []
+
+    def launch(command):
+        assert command[1:3] == ["-m", "benchmarks.run"]
+        launched.append(command[len(command) - command[::-1].index("--implementations")])  # the last one given
+        return run.main(command[3:]), []
+
+    out = tmp_path / "separate"
+    args = run.parse_args(_decode_quick_args(out, *arguments, "--process-per-implementation"))
+    report = per_process.run_per_process(args, launch=launch)
+    assert launched == ["keras_transformer", "tutorial"]
+    assert report["meta"]["process_per_implementation"] and report["meta"]["failed"] == {}
+    assert [row["implementation"] for row in report["results"]] == ["keras_transformer", "tutorial"]
+    for alone, together in zip(report["results"], shared["results"]):
+        assert set(alone) == set(together) and set(alone["decode"]) == set(together["decode"])
+        assert (out / alone["implementation"] / "results.json").is_file()
+    assert json.loads((out / "results.json").read_text())["results"] == report["results"]
+    assert "Each implementation measured in its own process." in (out / "results.md").read_text()
+    assert report["ratios"]["median"]["16"]["cached_decode_speedup_vs_tutorial_uncached"] > 0
+
+    # --resume keeps what the same command measured, whatever --out was.
+    launched.clear()
+    again = per_process.run_per_process(run.parse_args([*args.argv, "--resume"]), launch=launch)
+    assert launched == [] and again["results"] == report["results"]
+
+
+# Every Python process started with this folder first on PYTHONPATH has TensorFlow
+# blocked as tests/test_without_tensorflow.py blocks it: `import tensorflow` raises.
+BLOCK_TENSORFLOW = 'import sys\nsys.modules["tensorflow"] = None\n'
+
+
+@pytest.mark.backend_independent
+def test_an_implementation_measured_in_its_own_process_needs_no_tensorflow(tmp_path, monkeypatch):
+    from benchmarks import run
+
+    blocker = tmp_path / "block_tensorflow"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(BLOCK_TENSORFLOW)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "bench"
+    assert run.main(_decode_quick_args(out, "--implementations", "tutorial", "--phases", "train", "decode",
+                                       "--steps", "1", "--batch-tokens", "64", "--process-per-implementation")) == 0
+    (row,) = json.loads((out / "results.json").read_text())["results"]
+    assert row["input_pipeline"] == "numpy arrays"  # fit was fed NumPy: `import tensorflow` failed in the child
+    assert row["train"]["tokens_per_second"] > 0 and row["decode"]["uncached_tokens_per_second"] > 0
+
+
+def _fake_step(implementations, sleep=0.0):
+    # A stand-in for `benchmarks.run`: writes results.json for `implementations`, then sleeps.
+    return [sys.executable, "-c", (
+        "import json, os, sys, time\n"
+        "out = sys.argv[1]\n"
+        "os.makedirs(out, exist_ok=True)\n"
+        f"rows = [{{'implementation': name}} for name in {list(implementations)!r}]\n"
+        "json.dump({'meta': {'failed': {}}, 'results': rows}, open(os.path.join(out, 'results.json'), 'w'))\n"
+        f"time.sleep({sleep})\n"
+    )]
+
+
+def test_gpu_table_stops_at_its_budget_and_the_next_call_does_only_what_is_left(tmp_path):
+    from benchmarks import gpu_table
+
+    steps = [gpu_table.Step(name, "torch", "quick", 16, ("train",), 1) for name in ("a", "b", "c")]
+    complete, partial = _fake_step(gpu_table.IMPLEMENTATIONS), _fake_step(["keras_transformer"], sleep=60)
+    scripts = {"a": complete, "b": partial, "c": complete}
+    started = []
+
+    def command(step, out):
+        started.append(step.name)
+        return [*scripts[step.name], os.path.join(out, step.name)]
+
+    summary = gpu_table.run_steps(steps, str(tmp_path), budget=4, command=command,
+                                  environment=lambda step: dict(os.environ), log=lambda text: None, min_start=1)
+    assert [(entry["state"], entry["note"].split(":")[0]) for entry in summary] == [
+        ("done", ""), ("incomplete", "stopped by the budget"), ("not run", "not started")]
+    assert summary[1]["seconds"] < 30  # the sleeping step was stopped, not waited for
+
+    scripts["b"] = complete
+    summary = gpu_table.run_steps(steps, str(tmp_path), budget=60, command=command,
+                                  environment=lambda step: dict(os.environ), log=lambda text: None, min_start=1)
+    assert [entry["note"] for entry in summary] == ["done in an earlier call", "", ""]
+    assert [entry["state"] for entry in summary] == ["done"] * 3
+    assert "| `b` | done |" in gpu_table.markdown_summary(summary, str(tmp_path))
+
+
+def test_gpu_table_steps_are_valid_benchmark_commands_and_import_no_keras():
+    import subprocess
+
+    from benchmarks import gpu_table
+    from benchmarks import run
+
+    assert gpu_table.IMPLEMENTATIONS == IMPLEMENTATIONS
+    names = {(step.backend, step.config, step.seq_len) for step in gpu_table.STEPS}
+    assert names == {(backend, config, length) for backend in ("jax", "torch")
+                     for config, length in (("base", 256), ("big", 512))}
+    for step in gpu_table.STEPS:
+        args = run.parse_args(gpu_table.step_command(step, "/out")[3:])
+        assert args.process_per_implementation and args.resume and args.mixed_precision == "bfloat16"
+        assert args.new_tokens == 256 and args.uncached_new_tokens < 256 and args.out == f"/out/{step.name}"
+    # Two calls of the default budget hold the expected times.
+    assert sum(step.expected_seconds for step in gpu_table.STEPS) <= 2 * gpu_table.parse_args([]).budget
+    probe = ("import sys, benchmarks.gpu_table\n"
+             "print(sorted({'keras', 'tensorflow', 'jax', 'torch'} & set(sys.modules)))")
+    imported = subprocess.run([sys.executable, "-c", probe], cwd=pathlib.Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, check=True).stdout
+    assert imported.strip() == "[]"

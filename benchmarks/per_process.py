@@ -1,0 +1,171 @@
+"""`benchmarks.run` with each implementation measured in its own process, the results merged.
+
+    python -m benchmarks.run --config big --seq-len 512 --mixed-precision bfloat16 --process-per-implementation
+
+Why: on one H100, big@512 ran out of memory building the second
+implementation (a 55.9 GiB buffer) while the first still held its weights,
+optimizer state and compiled programs; and JAX cannot reset its allocator's
+peak, so a second model's peak memory reads too high in a shared process.
+With this mode (the default of `benchmarks.run` where a GPU is visible) no
+process ever holds two models.
+
+Each implementation runs as `python -m benchmarks.run <the same arguments>
+--implementations NAME --no-process-per-implementation --out OUT/NAME`, one
+after the other, its output passed through; its `results.json` stays in
+`OUT/NAME`. After each one the rows so far are merged into `OUT/results.json`
+and `OUT/results.md` (the ratios against this package computed there), so a
+run stopped half-way keeps what it measured. An implementation whose process
+fails (e.g. out of memory) is reported as not measured, with the last line
+of its output, and the others still run. With `--resume`, an implementation
+whose `OUT/NAME/results.json` came from the same arguments (`--out` aside)
+is kept, not measured again.
+
+Only the standard library is imported here: the parent process never
+touches the GPU.
+"""
+
+import collections
+import glob
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+
+
+def gpu_visible():
+    """Whether an NVIDIA GPU is visible, asked of the system, not of a backend.
+
+    Asking JAX would start its GPU client, which reserves most of the
+    GPU's memory for this process; the processes doing the work need it.
+
+    Returns:
+        bool: a `/dev/nvidiaN` device exists and `CUDA_VISIBLE_DEVICES` does
+        not hide every GPU (nor `JAX_PLATFORMS=cpu` under JAX).
+
+    Example:
+
+    >>> isinstance(gpu_visible(), bool)
+    True
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    if os.environ.get("KERAS_BACKEND") == "jax" and os.environ.get("JAX_PLATFORMS", "").strip() == "cpu":
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def without_out(argv):
+    """`argv` without `--out FOLDER` / `--out=FOLDER` and `--resume`: what makes two runs the same.
+
+    Example:
+
+    >>> without_out(["--quick", "--out", "/tmp/a", "--resume", "--repeats", "1", "--out=/tmp/b"])
+    ['--quick', '--repeats', '1']
+    """
+    kept, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--out":
+            skip = True
+        elif not item.startswith("--out=") and item != "--resume":
+            kept.append(item)
+    return kept
+
+
+def child_arguments(argv, implementation):
+    """The command line of the process measuring `implementation` alone, `--out` left to add.
+
+    Example:
+
+    >>> child_arguments(["--quick", "--out", "/tmp/b"], "tutorial")
+    ['--quick', '--implementations', 'tutorial', '--no-process-per-implementation']
+    """
+    # argparse keeps the last --implementations given.
+    return [*without_out(argv), "--implementations", implementation, "--no-process-per-implementation"]
+
+
+def _stream(command, lines_kept=20):
+    """Runs `command` from the repository root, passing its output through; returns (exit code, last lines)."""
+    tail = collections.deque(maxlen=lines_kept)
+    with subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as process:
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if line.strip():
+                tail.append(line.rstrip())
+    return process.returncode, list(tail)
+
+
+def _load(folder):
+    try:
+        with open(os.path.join(folder, "results.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _why(code, tail):
+    """A one-line reason for a failed process: its exit code and the last line that names an error."""
+    errors = [line for line in tail if "Error" in line or "error" in line or "out of memory" in line.lower()]
+    last = (errors or tail or ["no output"])[-1].strip()
+    return f"exit code {code}: {last[:300]}"
+
+
+def run_per_process(args, log=print, launch=None):
+    """Measures each of `args.implementations` in its own process; merges their results into `args.out`.
+
+    Args:
+        args: from `benchmarks.run.parse_args`.
+        log: function printing progress.
+        launch: function `command -> (exit code, last lines of output)`
+            running a child's command line; defaults to a new process.
+
+    Returns:
+        The merged report, as written to `args.out/results.json`; its
+        `meta.failed` maps an implementation not measured to the reason.
+    """
+    from benchmarks import run as harness
+
+    out = os.path.abspath(args.out)
+    meta, results, failed = None, [], {}
+    report = None
+    for implementation in args.implementations:
+        folder = os.path.join(out, implementation)
+        arguments = child_arguments(args.argv, implementation)
+        part = _load(folder) if args.resume else None
+        if part is not None and without_out(part["meta"].get("arguments", [])) == arguments:
+            log(f"[{implementation}] kept from {folder}/results.json (--resume)")
+        else:
+            command = [sys.executable, "-m", "benchmarks.run", *arguments, "--out", folder]
+            log(f"[{implementation}] {' '.join(command)}")
+            if os.path.exists(os.path.join(folder, "results.json")):
+                os.remove(os.path.join(folder, "results.json"))  # never merge a stale one
+            code, tail = (launch or _stream)(command)
+            part = _load(folder) if code == 0 else None
+            if part is None:
+                failed[implementation] = _why(code, tail)
+                log(f"[{implementation}] not measured: {failed[implementation]}")
+        if part is not None:
+            meta = meta or part["meta"]
+            results += part["results"]
+        if meta is not None:
+            report = dict(
+                meta=dict(meta, arguments=args.argv, implementations=list(args.implementations),
+                          process_per_implementation=True, failed=dict(failed)),
+                results=results,
+            )
+            table = harness.write_report(report, out)
+    if report is None:  # every process failed: nothing to tabulate
+        report = dict(meta=dict(arguments=args.argv, implementations=list(args.implementations),
+                                process_per_implementation=True, failed=failed), results=[])
+        harness.save_results(report, "Not measured: " + "; ".join(f"`{k}`: {v}" for k, v in failed.items()) + "\n",
+                             out)
+        return report
+    print(table)
+    print(f"written to {os.path.join(out, 'results.json')} and results.md", flush=True)
+    return report
