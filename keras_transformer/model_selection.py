@@ -55,10 +55,10 @@ class DevBleu(keras.callbacks.Callback):
         tokenizer: the run's tokenizer.
         output: the run folder.
         steps_per_epoch: int, to record the step of each score.
-        jit_compile: compile the decoding loop once and reuse it
-            (TensorFlow: the compiled program reads the weights as they
-            are). On JAX the loop is compiled afresh for each epoch,
-            since a kept program would hold the weights it was traced with.
+        jit_compile: as `Translator`'s: compile the decoding loop (on
+            TensorFlow; on JAX it is compiled anyway, and this pads the
+            sources to fewer shapes). One translator serves every epoch:
+            its compiled programs read the weights as they are.
         log: callable for one-line messages.
 
     Example:
@@ -74,7 +74,7 @@ class DevBleu(keras.callbacks.Callback):
         self.tokenizer = tokenizer
         self.output = output
         self.steps_per_epoch = steps_per_epoch
-        self.jit_compile = jit_compile and keras.backend.backend() == "tensorflow"
+        self.jit_compile = jit_compile
         self.log = log
         self.record = read_record(output)
         best = self.record["best"]
@@ -87,10 +87,9 @@ class DevBleu(keras.callbacks.Callback):
         from keras_transformer.evaluation import evaluate_pairs
         from keras_transformer.translator import Translator
 
-        translator = self._translator or Translator(self.model, self.tokenizer, jit_compile=self.jit_compile)
-        if self.jit_compile or keras.backend.backend() == "torch":
-            self._translator = translator
-        return evaluate_pairs(translator, self.pairs, verbose=verbose)
+        if self._translator is None:
+            self._translator = Translator(self.model, self.tokenizer, jit_compile=self.jit_compile)
+        return evaluate_pairs(self._translator, self.pairs, verbose=verbose)
 
     def on_epoch_end(self, epoch, logs=None):
         result = self.score()

@@ -13,8 +13,9 @@ The batches come from `tf.data` wherever TensorFlow imports, else from a
 (`input_pipeline`): the same batches either way (one NumPy batch plan), so
 a run can even resume on the other one. With `stream=True` the corpus is
 never held: it is scanned once and the train pairs stream through
-`tf.data` (`train_input`, which reads the corpus and builds the batches in
-either mode). TensorFlow is imported only on the `tf.data` path, for
+`tf.data`, or without TensorFlow through a chunked `PyDataset`
+(`train_input`, which reads the corpus and builds the batches in every
+mode). TensorFlow is imported only on the `tf.data` path, for
 TensorBoard logs and for `tf.distribute`.
 
 Training runs as `epochs` "virtual epochs" of `steps_per_epoch` steps over a

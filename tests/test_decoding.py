@@ -225,10 +225,11 @@ def test_the_guard_keeps_a_looping_model_from_repeating_ngrams():
         assert all(_repeated_ngrams(row, 3) == 0 for row in tokens)
 
 
-def test_a_decoder_reads_the_weights_as_they_are_at_each_call():
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_decoder_reads_the_weights_as_they_are_at_each_call(jit_compile):
     keras.utils.set_random_seed(11)
     model = kt.models.transformer(40, 40, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=12)
-    decoder = CachedDecoder(model)
+    decoder = CachedDecoder(model, jit_compile=jit_compile)
     before = greedy_search(decoder, SOURCE, max_new_tokens=4, stop_at_end=False)
     bias = model.get_layer("output_projection").bias
     bias.assign(keras.ops.convert_to_numpy(bias) + np.eye(40, dtype="float32")[9] * 100.0)

@@ -47,9 +47,9 @@ class CachedDecoder:
             either way): both `next_logits` and the decoding loops of
             `greedy_search` and `beam_search`. The cache has a fixed shape
             and the position is a tensor, so a step compiles once per batch
-            size. The compiled programs are kept; on JAX they hold the
-            weights they were compiled with, so build a new decoder after
-            the model's weights change. Defaults to False.
+            size. The compiled programs are kept and read the weights as
+            they are at each call (`sampler.compile_function`), so they
+            serve a model that is still training. Defaults to False.
 
     Example:
 
@@ -81,7 +81,7 @@ class CachedDecoder:
             name="encoder",
         )
         self.jit_compile = jit_compile
-        self._step = compile_function(self._step_tensors) if jit_compile else self._step_tensors
+        self._step = compile_function(self._step_tensors, model.variables) if jit_compile else self._step_tensors
 
     def start(self, encoder_tokens):
         """Encodes the source once and returns the initial `DecoderState`.

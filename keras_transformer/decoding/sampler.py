@@ -30,14 +30,20 @@ from keras_transformer.data.special_tokens import START_ID
 FORBIDDEN_TOKEN_IDS = (PAD_ID, START_ID)
 
 
-def compile_function(function):
+def compile_function(function, variables=None):
     """`function` compiled by XLA on JAX and TensorFlow; unchanged on torch.
 
     Decoding runs outside `model.fit`, so it gets no compilation unless
-    asked; this is the one place that asks.
+    asked; this is the one place that asks. A TensorFlow program reads its
+    variables as they are at each call. A `jax.jit` program would hold the
+    arrays it was traced with, so on JAX the values of `variables` are
+    passed in at each call instead (through a `keras.StatelessScope`): one
+    program serves weights that change, e.g. during training.
 
     Args:
         function: a function of tensors (and structures of tensors).
+        variables: the Keras variables `function` reads (JAX only); None
+            when it reads none.
 
     Returns:
         The compiled function (`jax.jit` or `tf.function(jit_compile=True,
@@ -45,15 +51,28 @@ def compile_function(function):
 
     Example:
 
-    >>> double = compile_function(lambda x: x * 2)
-    >>> float(keras.ops.convert_to_numpy(double(keras.ops.ones(()))))
+    >>> scale = keras.Variable(2.0)
+    >>> times = compile_function(lambda x: x * scale, variables=[scale])
+    >>> float(keras.ops.convert_to_numpy(times(keras.ops.ones(()))))
     2.0
+    >>> _ = scale.assign(3.0)
+    >>> float(keras.ops.convert_to_numpy(times(keras.ops.ones(()))))
+    3.0
     """
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
 
-        return jax.jit(function)
+        if not variables:
+            return jax.jit(function)
+        variables = list(variables)
+
+        def with_values(values, *args, **kwargs):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return function(*args, **kwargs)
+
+        compiled = jax.jit(with_values)
+        return lambda *args, **kwargs: compiled([variable.value for variable in variables], *args, **kwargs)
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -284,10 +303,9 @@ def compiles_loop(decoder):
     """Whether `run_search` compiles its loop for `decoder`.
 
     True when the decoder was built with `jit_compile=True`, and always on
-    JAX, where `lax.while_loop` compiles its body whatever is asked. Only a
-    `jit_compile=True` decoder keeps its compiled loops (per batch shape);
-    on JAX they hold the weights they were compiled with, so build a new
-    decoder after the weights change.
+    JAX, where `lax.while_loop` compiles its body whatever is asked. The
+    compiled loops are kept per decoder and reused; they read the weights
+    as they are at each call (`compile_function`).
 
     Example:
 
@@ -304,23 +322,18 @@ def _loop(decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size):
     )
     if not compiles_loop(decoder):
         return run
-    if not getattr(decoder, "jit_compile", False):
-        # JAX without jit_compile: compiled afresh on every call, so that it
-        # reads the weights as they are now (a kept jax.jit program holds
-        # the arrays it was traced with).
-        return compile_function(run)
     loops = _compiled_loops.setdefault(decoder, {})
     key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size)
     if key not in loops:
-        loops[key] = compile_function(run)
+        loops[key] = compile_function(run, variables=decoder.model.variables)
     return loops[key]
 
 
 def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
     """Runs the decoding loop on a batch and copies the tokens to the host once.
 
-    The loop is compiled when `decoder` was built with `jit_compile=True`
-    (and kept), and on JAX always (kept only with `jit_compile=True`); on
+    The loop is compiled (once per decoder and setting, then reused) when
+    `decoder` was built with `jit_compile=True`, and on JAX always; on
     torch it runs eagerly. Arguments are not checked here: `greedy_search` and
     `beam_search` check them.
 
