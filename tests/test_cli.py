@@ -11,6 +11,7 @@ import pytest
 
 import keras_transformer_cli as cli
 from keras_transformer.train_config import PRESETS
+from keras_transformer.train_config import TRAINING_DEFAULTS
 from keras_transformer.train_config import TrainConfig
 
 pytestmark = pytest.mark.backend_independent
@@ -46,11 +47,13 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    for flag, default in (("--dropout", "0.1"), ("--seed", "0"), ("--vocabulary-size", "8000"),
+    for flag, default in (("--dropout", "0.1"), ("--seed", "0"),
                           ("--label-smoothing", "0.1"), ("--batch-tokens", "4096"), ("--max-length", "128")):
         entry = re.search(rf"{flag} [A-Z_]+ (.{{0,400}})", text)  # the option's own entry, not the usage line
         assert entry and f"(default: {default})" in entry.group(1), flag
-    assert "400 for tiny" in text  # --warmup-steps: the preset's default
+    tiny = TRAINING_DEFAULTS["tiny"]  # the help states the presets' own defaults
+    for key in ("epochs", "steps_per_epoch", "warmup_steps", "vocabulary_size"):
+        assert f"{tiny[key]} for tiny" in text, key
     for preset, layers in (("tiny", "2+2 layers"), ("base", "6+6 layers")):
         sizes = PRESETS[preset]
         assert f"{preset} on a" in text and layers == f"{sizes['num_layers']}+{sizes['num_layers']} layers"
