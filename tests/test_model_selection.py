@@ -105,6 +105,9 @@ def test_only_the_last_checkpoints_stay_on_disk(tmp_path):
     assert names == ["epoch-00003.weights.npz", "epoch-00004.weights.npz"]
 
 
+# The per-backend parts (decoding the kept weights, saving, reloading) have their
+# own tests under every backend; this run checks how the run folder's files agree.
+@pytest.mark.backend_independent
 def test_a_run_logs_dev_bleu_each_epoch_keeps_its_best_and_draws_the_curve(tmp_path):
     output = tmp_path / "run"
     summary = train_translator(
