@@ -215,10 +215,10 @@ def keep_best(model, output, dev_bleu=None, average_last=1, log=print):
         if bleu > dev_bleu.best_bleu:
             dev_bleu.keep(label, result, int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
         dev_bleu.write_record()
-    elif dev_bleu is None:
+    best = dev_bleu.record["best"] if dev_bleu is not None else None
+    if best is None:  # no scoring, or none recorded (a run resumed after its last epoch)
         model.save(model_path)
         return {"kept": "last weights"}
-    best = dev_bleu.record["best"]
     model.load_weights(model_path)
     log(f"kept in {model_path}: {best['weights']} (dev BLEU {best['dev_bleu']:.2f})")
     return {"kept": best["weights"], "dev_bleu": best["dev_bleu"], "dev_bleu_step": best["step"]}

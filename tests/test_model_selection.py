@@ -137,3 +137,13 @@ def test_the_learning_curve_reads_the_csv_logger_and_tolerates_missing_values(tm
     pytest.importorskip("matplotlib")
     png = plot_learning_curve(str(log), str(tmp_path / "curve.png"), steps_per_epoch=50)
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_with_no_score_recorded_the_last_weights_are_kept_and_saved(tmp_path):
+    model = _small_model()
+    callback = ScriptedBleu([], str(tmp_path))  # a run resumed after its last epoch: nothing scored here
+    callback.set_model(model)
+    model.layers[0].kernel.assign(np.full((2, 1), 4.0))
+    kept = model_selection.keep_best(model, str(tmp_path), callback, log=lambda line: None)
+    assert kept == {"kept": "last weights"}
+    assert _kernel(keras.saving.load_model(str(tmp_path / run_folder.MODEL_FILE))) == [4.0, 4.0]
