@@ -18,7 +18,7 @@ import collections
 import keras
 import numpy as np
 
-from benchmarks import flops
+from keras_transformer import model_flops as flops
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import build_model
 from benchmarks.run import OURS

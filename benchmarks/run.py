@@ -68,7 +68,7 @@ import warnings
 import keras
 import numpy as np
 
-from benchmarks import flops
+from keras_transformer import model_flops as flops
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import IMPLEMENTATIONS
 from benchmarks.reference_models import KerasHubCachedDecoder

@@ -15,7 +15,7 @@ from conftest import to_numpy
 # `benchmarks/` sits beside the package in the repository, not inside it.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks import flops  # noqa: E402
+from keras_transformer import model_flops as flops  # noqa: E402
 from benchmarks.reference_models import CONFIGS  # noqa: E402
 from benchmarks.reference_models import IMPLEMENTATIONS  # noqa: E402
 from benchmarks.reference_models import KerasHubCachedDecoder  # noqa: E402
