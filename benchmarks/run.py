@@ -167,36 +167,6 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
 # --- the machine -------------------------------------------------------------
 
 
-def accelerator_name():
-    """The GPU's name as the backend reports it, or None on a CPU.
-
-    Returns:
-        str or None.
-
-    Example:
-
-    >>> accelerator_name() is None or isinstance(accelerator_name(), str)
-    True
-    """
-    backend = keras.backend.backend()
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    if backend == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        return device.device_kind if device.platform == "gpu" else None
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        if gpus:
-            return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-    return None
-
-
 def cpu_name():
     """The CPU model and core count, e.g. `"Intel(R) Xeon(R) ... x 2 cores"`."""
     name = platform.processor() or platform.machine()
@@ -699,7 +669,7 @@ def describe_device():
         dict: `backend`, `backend_version`, `accelerator` (GPU name or
         None), `name`, `peak_flops` (FLOP/s or None).
     """
-    accelerator = accelerator_name()
+    accelerator = flops.accelerator_name()
     backend = keras.backend.backend()
     return dict(
         backend=backend,

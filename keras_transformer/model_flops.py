@@ -22,6 +22,8 @@ stack, so per (source + target) token this is `6 * N_stack + 12 * L * d * n`
 applied to each stack.
 """
 
+import keras
+
 # Dense bf16 peaks (no sparsity), FLOP/s, from the vendors' data sheets.
 # Matched against the device name in this order: the first key found wins.
 PEAK_BF16_FLOPS = {
@@ -112,6 +114,66 @@ def training_flops(
     return 3 * batch_size * forward_flops(
         num_layers, num_decoder_layers, d_model, ff_dim, vocabulary_size, source_length, target_length
     )
+
+
+def mean_training_flops(batch_shapes, num_layers, num_decoder_layers, d_model, ff_dim, vocabulary_size):
+    """FLOPs of a training step, averaged over batches of several shapes.
+
+    Bucketed batches differ in rows and lengths, and attention grows with
+    the square of the length, so the mean is taken over the batches'
+    actual (padded) shapes, counted once per batch.
+
+    Args:
+        batch_shapes: dict `{(rows, source_length, target_length): batches}`,
+            e.g. a `collections.Counter`.
+        num_layers, num_decoder_layers, d_model, ff_dim, vocabulary_size:
+            as in `matmul_parameters`.
+
+    Returns:
+        float, or None when `batch_shapes` is empty.
+
+    Example:
+
+    >>> mean_training_flops({(2, 3, 2): 1, (1, 3, 2): 1}, 1, 1, 4, 8, 10)  # 1.5 x 3 x 2064
+    9288.0
+    """
+    total = sum(batch_shapes.values())
+    if not total:
+        return None
+    return sum(
+        count * training_flops(num_layers, num_decoder_layers, d_model, ff_dim, vocabulary_size, source, target, rows)
+        for (rows, source, target), count in batch_shapes.items()
+    ) / total
+
+
+def accelerator_name():
+    """The GPU's name as the backend reports it, or None on a CPU.
+
+    Returns:
+        str or None.
+
+    Example:
+
+    >>> accelerator_name() is None or isinstance(accelerator_name(), str)
+    True
+    """
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return device.device_kind if device.platform == "gpu" else None
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return None
 
 
 def peak_flops(device_name):

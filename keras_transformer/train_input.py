@@ -23,6 +23,7 @@ sentences of the train split (`data.corpus_scan.vocabulary_texts`), the
 same sample in both modes.
 """
 
+import collections
 import dataclasses
 
 import keras
@@ -85,6 +86,9 @@ class TrainData:
     batches_per_pass: int  # None when streamed (not counted)
     tokens_per_batch: float  # real tokens per batch (source + target)
     padding: float
+    # {(rows, source length, target length): batches} of one pass over the
+    # train batches, or over the dev batches when streamed (an estimate).
+    batch_shapes: dict
 
 
 def _one_pass(dataset):
@@ -94,15 +98,21 @@ def _one_pass(dataset):
 
 
 def token_statistics(dataset):
-    """Batches, real tokens and padding fraction of one pass over a dataset."""
+    """Batches, real tokens, padding fraction and batch shapes of one pass over a dataset.
+
+    The shapes are a `collections.Counter` of `(rows, source length,
+    target length)`: what `model_flops.mean_training_flops` takes.
+    """
     batches = real = total = 0
+    shapes = collections.Counter()
     for inputs, labels in _one_pass(dataset):
         batches += 1
-        for tokens in (inputs["encoder_tokens"], labels):
-            tokens = np.asarray(tokens)
+        source, labels = np.asarray(inputs["encoder_tokens"]), np.asarray(labels)
+        shapes[(*source.shape, labels.shape[1])] += 1
+        for tokens in (source, labels):
             real += int(np.count_nonzero(tokens))
             total += int(tokens.size)
-    return batches, real, 1.0 - real / max(total, 1)
+    return batches, real, 1.0 - real / max(total, 1), shapes
 
 
 def _input_pipeline(config, vocabulary_path):
@@ -156,7 +166,8 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
     )
     # A known number of batches: Keras does not warn "ran out of data" after
     # each validation pass.
-    dev = distribute.for_devices(batches(dev_tokens, shuffle=False, **batching), placement)
+    dev_batches = batches(dev_tokens, shuffle=False, **batching)
+    dev = distribute.for_devices(dev_batches, placement)
     languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
     skipped = sum(splits.skipped.values())
     skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
@@ -175,18 +186,18 @@ def train_data(config, corpus_data, vocabulary_path, placement, start_step, log)
             f"pairs, streamed; {dev_tokens.num_truncated} of the dev pairs truncated to {config.max_length} "
             f"tokens{skipped}")
         log(f"batches: streamed, {padding:.1%} padding tokens (estimated on the dev pairs)")
-        return TrainData(name, train, dev, None, tokens_per_batch, padding)
+        return TrainData(name, train, dev, None, tokens_per_batch, padding, token_statistics(dev_batches)[3])
     train_tokens = tokenize(splits["train"])
     log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev pairs, "
         f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens{skipped}")
-    epoch_batches, epoch_tokens, padding = token_statistics(batches(train_tokens, shuffle=False, **batching))
+    epoch_batches, epoch_tokens, padding, shapes = token_statistics(batches(train_tokens, shuffle=False, **batching))
     log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
         + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
     # Every iterator over it yields the same batches (one batch plan), so a
     # resumed or distributed run trains on the same data; a resumed one
     # starts after the batches it trained on.
     train = distribute.for_devices(batches(train_tokens, repeat=True, start=start_step, **batching), placement)
-    return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding)
+    return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding, shapes)
 
 
 def _side_lengths(tokens):

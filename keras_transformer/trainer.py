@@ -40,9 +40,11 @@ import keras
 
 from keras_transformer import distribute
 from keras_transformer import learning_curve
+from keras_transformer import model_flops
 from keras_transformer import model_selection
 from keras_transformer import run_folder
 from keras_transformer import train_input
+from keras_transformer import training_speed
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import tensorflow_imports
@@ -279,7 +281,9 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
     selection = [dev_bleu] if dev_bleu else []
     if config.average_last > 1:
         selection.append(model_selection.LastCheckpoints(output, config.average_last))
+    speed = training_speed.TrainingSpeed(config.steps_per_epoch)
     callbacks = [
+        speed,  # first: its clock stops before the others' epoch-end work
         # Backup first: the progress file must never run ahead of it. The
         # last backup stays after training, so a larger --epochs continues.
         keras.callbacks.BackupAndRestore(
@@ -310,6 +314,13 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         raise _non_finite_loss_error(stop, config) from None
     fit_seconds = time.time() - fit_start
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
+    sizes = config.model_arguments()
+    speed_report = speed.report(
+        model_flops.mean_training_flops(data.batch_shapes, sizes["num_layers"], sizes["num_layers"], sizes["d_model"],
+                                        sizes["ff_dim"], sizes["vocabulary_size"]),
+        devices=placement.devices, device_name=model_flops.accelerator_name(),
+    )
+    log(training_speed.describe(speed_report))
     kept = model_selection.keep_best(model, output, dev_bleu, config.average_last, log)
     dev_loss, dev_accuracy = model.evaluate(dev_data, verbose=0)
     sample = {}
@@ -339,6 +350,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         "train_pairs": corpus_data.train_pairs,
         "dev_pairs": len(dev_pairs),
         "skipped_lines": dict(corpus_data.splits.skipped),
+        **speed_report,
         **kept,
         **sample,
     }

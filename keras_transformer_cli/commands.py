@@ -23,7 +23,9 @@ def train(args, out):
     print(
         f"train loss {summary['train_loss']:.3f} | dev loss {summary['dev_loss']:.3f} | "
         f"dev token accuracy {summary['dev_token_accuracy']:.1%} | "
-        f"{summary['tokens_per_second']:,.0f} tokens/s | {summary['wall_seconds'] / 60:.1f} min | "
+        f"{summary['tokens_per_second']:,.0f} tokens/s | "
+        + (f"MFU {summary['mfu'] * 100:.1f} % | " if summary.get("mfu") is not None else "")
+        + f"{summary['wall_seconds'] / 60:.1f} min | "
         f"saved in {summary['output']}",
         file=out,
     )

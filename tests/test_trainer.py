@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer import model_flops
 from keras_transformer import run_folder
 from keras_transformer import trainer
 from keras_transformer.train_config import TrainConfig
@@ -94,6 +95,19 @@ def test_two_step_fit_writes_model_vocabulary_config_logs_and_summary(tmp_path):
         assert summary[key] is not None and summary[key] == summary[key], key  # not NaN
     for name in ("model.keras", "vocabulary.spm", "config.json", "summary.json", "log.csv", "logs"):
         assert (tmp_path / name).exists(), name
+    # Speed: model FLOPs between those of the smallest and the largest batch the settings allow.
+    config = TrainConfig(output=str(tmp_path), **TINY).resolved()
+    sizes = dict(num_layers=config.num_layers, num_decoder_layers=config.num_layers, d_model=config.d_model,
+                 ff_dim=config.ff_dim, vocabulary_size=config.vocabulary_size)
+    smallest = model_flops.training_flops(source_length=1, target_length=1, batch_size=1, **sizes)
+    largest = model_flops.training_flops(source_length=config.max_length, target_length=config.max_length,
+                                         batch_size=config.batch_tokens, **sizes)
+    assert smallest < summary["model_flops_per_step"] < largest
+    assert summary["train_step_seconds"] > 0
+    assert summary["model_flops_per_second"] == pytest.approx(summary["model_flops_per_step"]
+                                                              / summary["train_step_seconds"])
+    if model_flops.accelerator_name() is None:
+        assert summary["mfu"] is None and summary["device"] == "cpu"
 
 
 def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, uninterrupted_run):

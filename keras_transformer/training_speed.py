@@ -1,0 +1,136 @@
+"""Training speed measured during `fit`: seconds per step, model FLOP/s and MFU.
+
+The trainer reports these in its summary; `keras_transformer.model_flops`
+counts the FLOPs and knows the GPUs' peaks.
+"""
+
+import statistics
+import time
+
+import keras
+
+from keras_transformer import model_flops
+
+
+class TrainingSpeed(keras.callbacks.Callback):
+    """Times the training steps of each epoch, without validation or epoch-end work.
+
+    An epoch's clock runs from `on_epoch_begin` to the start of its
+    validation (or to its end, without validation). Before stopping it, it
+    reads the optimizer's step counter, which waits for the last step to
+    finish: GPUs run asynchronously, and the host would otherwise stop the
+    clock while steps are still queued. The first epoch of a process also
+    compiles, so `seconds_per_step` is the median of the later epochs when
+    there are any.
+
+    Args:
+        steps_per_epoch: int, the steps `fit` runs in an epoch.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> speed = TrainingSpeed(steps_per_epoch=2)
+    >>> _ = model.fit(np.zeros((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=3,
+    ...               verbose=0, callbacks=[speed])
+    >>> len(speed.epoch_seconds), speed.seconds_per_step() > 0
+    (3, True)
+    """
+
+    def __init__(self, steps_per_epoch):
+        super().__init__()
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.epoch_seconds = []
+        self._start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def _stop(self):
+        if self._start is None:
+            return
+        keras.ops.convert_to_numpy(self.model.optimizer.iterations)  # waits for the last step
+        self.epoch_seconds.append(time.perf_counter() - self._start)
+        self._start = None
+
+    def on_test_begin(self, logs=None):
+        self._stop()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._stop()
+
+    def seconds_per_step(self):
+        """Median seconds per training step, leaving out the first (compiling) epoch when there are others.
+
+        Returns:
+            float, or None before an epoch has ended.
+        """
+        epochs = self.epoch_seconds[1:] or self.epoch_seconds
+        if not epochs:
+            return None
+        return statistics.median(epochs) / self.steps_per_epoch
+
+    def report(self, flops_per_step, devices=1, device_name=None):
+        """The speed figures of the trainer's summary.
+
+        Args:
+            flops_per_step: model FLOPs of one (global) training step, e.g.
+                `model_flops.mean_training_flops(...)`, or None.
+            devices: int, the devices that share each step.
+            device_name: str, the accelerator's name (its bf16 peak is
+                looked up in `model_flops.PEAK_BF16_FLOPS`), or None.
+
+        Returns:
+            A dict: `train_step_seconds`, `timed_epochs`, `model_flops_per_step`,
+            `model_flops_per_second`, `device`, `peak_flops` (all devices,
+            dense bf16) and `mfu`; a figure that cannot be known is None.
+        """
+        seconds = self.seconds_per_step()
+        peak = model_flops.peak_flops(device_name) if device_name else None
+        achieved = flops_per_step / seconds if flops_per_step and seconds else None
+        return {
+            "train_step_seconds": seconds,
+            "timed_epochs": max(len(self.epoch_seconds) - 1, 0) or len(self.epoch_seconds),
+            "model_flops_per_step": flops_per_step,
+            "model_flops_per_second": achieved,
+            "device": device_name or "cpu",
+            "peak_flops": peak * devices if peak else None,
+            "mfu": achieved / (peak * devices) if achieved and peak else None,
+        }
+
+
+def describe(report):
+    """One line for people from `TrainingSpeed.report`'s dict.
+
+    Args:
+        report: dict from `TrainingSpeed.report`.
+
+    Returns:
+        str.
+
+    Example:
+
+    >>> describe({"train_step_seconds": 0.1, "timed_epochs": 4, "model_flops_per_second": 9.89e13,
+    ...           "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "mfu": 0.1})
+    'speed: 0.100 s a step (median of 4 epochs), 98.9 model TFLOP/s, MFU 10.0 % of NVIDIA H100 80GB HBM3 (989 TFLOP/s bf16 peak)'
+    >>> describe({"train_step_seconds": 1.2, "timed_epochs": 1, "model_flops_per_second": 2.5e11,
+    ...           "device": "cpu", "peak_flops": None, "mfu": None})
+    'speed: 1.200 s a step (median of 1 epoch), 0.25 model TFLOP/s, MFU unknown (no peak known for cpu)'
+    """
+    if report["train_step_seconds"] is None:
+        return "speed: no epoch was timed"
+    epochs = report["timed_epochs"]
+    line = f"speed: {report['train_step_seconds']:.3f} s a step (median of {epochs} epoch{'s' * (epochs != 1)})"
+    achieved = report["model_flops_per_second"]
+    if achieved:
+        line += f", {achieved / 1e12:.{1 if achieved >= 1e13 else 2}f} model TFLOP/s"
+    if report["mfu"] is not None:
+        line += (f", MFU {report['mfu'] * 100:.1f} % of {report['device']} "
+                 f"({report['peak_flops'] / 1e12:,.0f} TFLOP/s bf16 peak)")
+    else:
+        line += f", MFU unknown (no peak known for {report['device']})"
+    return line
+
+
+__all__ = ["TrainingSpeed", "describe"]

@@ -1,0 +1,87 @@
+"""The trainer's speed figures: what the step clock counts, model FLOPs over real batch shapes, MFU."""
+
+import collections
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import model_flops
+from keras_transformer.train_input import token_statistics
+from keras_transformer.training_speed import TrainingSpeed
+from keras_transformer.training_speed import describe
+
+
+class _Sleep(keras.callbacks.Callback):
+    """Sleeps in every training step, in validation and at each epoch's end."""
+
+    def __init__(self, step, elsewhere):
+        super().__init__()
+        self.step, self.elsewhere = step, elsewhere
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.step)
+
+    def on_test_begin(self, logs=None):
+        time.sleep(self.elsewhere)
+
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(self.elsewhere)
+
+
+def test_the_clock_counts_the_training_steps_and_leaves_out_validation_and_epoch_end_work():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    speed = TrainingSpeed(steps_per_epoch=2)
+    data = np.zeros((8, 2), "float32"), np.zeros((8, 1), "float32")
+    model.fit(*data, batch_size=4, epochs=3, validation_data=data, verbose=0,
+              callbacks=[speed, _Sleep(step=0.1, elsewhere=1.0)])
+    assert len(speed.epoch_seconds) == 3
+    # The epochs after the first (which compiles): 2 steps of >= 0.1 s, and none of the 2 s of other work.
+    for seconds in speed.epoch_seconds[1:]:
+        assert 0.2 <= seconds < 1.0, speed.epoch_seconds
+    assert 0.1 <= speed.seconds_per_step() < 0.5
+
+
+@pytest.mark.backend_independent
+def test_the_report_takes_the_median_after_the_first_epoch_and_the_peak_of_every_device():
+    speed = TrainingSpeed(steps_per_epoch=10)
+    speed.epoch_seconds = [60.0, 2.0, 4.0, 3.0]  # the first epoch compiled
+    report = speed.report(flops_per_step=3e14, devices=2, device_name="NVIDIA H100 80GB HBM3")
+    assert report["train_step_seconds"] == pytest.approx(0.3)
+    assert report["timed_epochs"] == 3
+    assert report["model_flops_per_second"] == pytest.approx(1e15)
+    assert report["peak_flops"] == pytest.approx(2 * 989e12)
+    assert report["mfu"] == pytest.approx(1e15 / (2 * 989e12))
+    assert "MFU 50.6 % of NVIDIA H100 80GB HBM3 (1,978 TFLOP/s bf16 peak)" in describe(report)
+
+    on_cpu = speed.report(flops_per_step=3e11)
+    assert on_cpu["mfu"] is None and on_cpu["peak_flops"] is None and on_cpu["device"] == "cpu"
+    assert "MFU unknown" in describe(on_cpu)
+
+    speed.epoch_seconds = [5.0]  # one epoch: it is all there is
+    assert speed.report(None)["train_step_seconds"] == pytest.approx(0.5)
+    assert speed.report(None)["model_flops_per_second"] is None
+    assert describe(TrainingSpeed(1).report(1e9)) == "speed: no epoch was timed"
+
+
+@pytest.mark.backend_independent
+def test_model_flops_are_the_mean_over_the_shapes_of_the_batches():
+    def batch(rows, source_length, target_length, real):
+        source = np.zeros((rows, source_length), "int32")
+        labels = np.zeros((rows, target_length), "int32")
+        source.flat[:real] = labels.flat[:real] = 5
+        return {"encoder_tokens": source, "decoder_tokens": labels}, labels
+
+    batches = [batch(4, 8, 16, 10), batch(2, 24, 32, 20), batch(4, 8, 16, 12)]
+    count, real, padding, shapes = token_statistics(batches)
+    assert count == 3 and real == 2 * (10 + 20 + 12)
+    assert padding == pytest.approx(1 - real / (2 * 4 * 8 + 2 * 4 * 16 + 2 * 24 + 2 * 32))
+    assert shapes == collections.Counter({(4, 8, 16): 2, (2, 24, 32): 1})
+
+    sizes = dict(num_layers=2, num_decoder_layers=2, d_model=32, ff_dim=64, vocabulary_size=100)
+    want = (2 * model_flops.training_flops(source_length=8, target_length=16, batch_size=4, **sizes)
+            + model_flops.training_flops(source_length=24, target_length=32, batch_size=2, **sizes)) / 3
+    assert model_flops.mean_training_flops(shapes, **sizes) == pytest.approx(want)
+    assert model_flops.mean_training_flops({}, **sizes) is None
