@@ -68,6 +68,31 @@ def has_accelerator():
     )
 
 
+def hardware_defaults():
+    """The settings a run takes from the machine when it does not set them.
+
+    On a GPU or TPU, batches are padded to multiples of 32 tokens (JAX
+    compiles one program per padded length). On a GPU with bf16 tensor
+    cores (one `model_flops.PEAK_BF16_FLOPS` names) the model computes in
+    bfloat16 with float32 weights: on an H100 the base model trained
+    finitely in bf16 on both JAX and torch (benchmarks/README.md, "The GPU
+    check").
+
+    Returns:
+        dict: `bucket_width`, `mixed_precision` (None: float32).
+
+    Example:
+
+    >>> sorted(hardware_defaults())
+    ['bucket_width', 'mixed_precision']
+    """
+    from keras_transformer import model_flops
+
+    accelerator = has_accelerator()
+    bf16 = accelerator and model_flops.peak_flops(model_flops.accelerator_name()) is not None
+    return {"bucket_width": 32 if accelerator else BUCKET_WIDTH, "mixed_precision": "bfloat16" if bf16 else None}
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """Everything that defines a training run; saved as `config.json`.
@@ -98,14 +123,17 @@ class TrainConfig:
             steps per virtual epoch, warm-up of the learning-rate schedule;
             None takes the preset's (`TRAINING_DEFAULTS`).
         label_smoothing: defaults to 0.1, as in the paper.
-        mixed_precision: None, "float16" or "bfloat16".
+        mixed_precision: "float32", "float16" or "bfloat16"; None (the
+            default) is bfloat16 on a GPU whose bf16 peak
+            `model_flops.PEAK_BF16_FLOPS` knows (A100, L4, L40S, H100,
+            H200), float32 elsewhere. Resolved, float32 is None.
         jit_compile: True, False or "auto" (Keras decides).
         bucket: batch sequences of similar length together.
         bucket_width: padded lengths are multiples of this (and
-            max_length). Defaults to 8. Each padded length is one batch
-            shape, and JAX compiles one program per shape (about a minute
-            each for the base model on a GPU): use 32 there (lengths
-            32/64/96/128).
+            max_length). Defaults to 32 on a GPU or TPU, 8 elsewhere. Each
+            padded length is one batch shape, and JAX compiles one program
+            per shape (about a minute each for the base model on a GPU),
+            hence 32 there (lengths 32/64/96/128).
         tie_embeddings: share the decoder embedding with the output layer.
         seed: seeds weights, dropout and data order.
         distribute: None (one device), "data" (data parallel: the model is
@@ -177,7 +205,7 @@ class TrainConfig:
     tie_embeddings: bool = True
     seed: int = 0
     distribute: str = None
-    bucket_width: int = BUCKET_WIDTH
+    bucket_width: int = None
     input_pipeline: str = "auto"
     flash_attention: bool = None
     dev: object = None
@@ -230,9 +258,11 @@ class TrainConfig:
                  for key, value in (("corpus", corpus.path), ("dev", corpus.dev), ("test", corpus.test))}
         config = dataclasses.replace(self, preset=preset, output=self.output or _default_output(corpus),
                                      **sizes, **paths)
-        for key, value in TRAINING_DEFAULTS[preset].items():
+        for key, value in {**TRAINING_DEFAULTS[preset], **hardware_defaults()}.items():
             if getattr(config, key) is None:
                 config = dataclasses.replace(config, **{key: value})
+        if config.mixed_precision == "float32":
+            config = dataclasses.replace(config, mixed_precision=None)
         config._validate()
         return config
 
@@ -256,7 +286,7 @@ class TrainConfig:
             raise UserInputError("--dropout and --label-smoothing must be in [0, 1).")
         if self.mixed_precision not in (None, "float16", "bfloat16"):
             raise UserInputError(
-                f"--mixed-precision must be float16 or bfloat16, got {self.mixed_precision!r}."
+                f"--mixed-precision must be float32, float16 or bfloat16, got {self.mixed_precision!r}."
             )
         if self.input_pipeline not in INPUT_PIPELINES:
             raise UserInputError(

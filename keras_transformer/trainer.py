@@ -93,14 +93,14 @@ def _non_finite_loss_error(stop, config):
         advice = (
             "Under mixed precision the attention runs on the backend's fused kernel: try the explicit "
             "attention path first (the same command plus --no-flash-attention resumes from the backup), "
-            "then float32 (without --mixed-precision, with --overwrite)"
+            "then float32 (--mixed-precision float32, with --overwrite)"
             + (", or bfloat16 rather than float16" if config.mixed_precision == "float16" else "")
             + "; a lower learning rate (a larger --warmup-steps, with --overwrite) helps if neither does."
         )
     else:
         advice = (
             "Lower the learning rate (a larger --warmup-steps)"
-            + (" or train in float32 (without --mixed-precision)" if config.mixed_precision else "")
+            + (" or train in float32 (--mixed-precision float32)" if config.mixed_precision else "")
             + " and start again with --overwrite; the same command resumes from the backup but will "
             "probably fail at the same step."
         )

@@ -161,15 +161,16 @@ def _add_train_arguments(parser):
                         help="linear warm-up of the paper's learning-rate schedule (default: 400 for tiny and "
                              "small, 4000 for base and big)")
     parser.add_argument("--label-smoothing", type=_fraction, default=0.1, help="as in the paper")
-    parser.add_argument("--mixed-precision", choices=("float16", "bfloat16"),
-                        help="compute in this dtype, keep float32 weights (default: float32 throughout)")
+    parser.add_argument("--mixed-precision", choices=("float32", "float16", "bfloat16"),
+                        help="compute in this dtype, keep float32 weights (default: bfloat16 on a GPU with bf16 "
+                             "tensor cores: A100, L4, L40S, H100, H200; float32 elsewhere)")
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
                         help="XLA-compile the train step (default: Keras decides)")
     parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
                         help="batch sequences of similar length (default: on)")
-    parser.add_argument("--bucket-width", type=_positive_int, default=8,
+    parser.add_argument("--bucket-width", type=_positive_int,
                         help="padded lengths are multiples of this (and --max-length); one compiled program "
-                             "per length on JAX, so 32 on a GPU")
+                             "per length on JAX (default: 32 on a GPU or TPU, 8 elsewhere)")
     parser.add_argument("--input-pipeline", choices=("auto", "tf.data", "python"), default="auto",
                         help="tf.data, or python: a keras.utils.PyDataset and the sentencepiece library, "
                              "no TensorFlow; the same batches (auto = tf.data where TensorFlow imports)")

@@ -260,11 +260,31 @@ def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_a
     args = cli.build_parser().parse_args(["train", "--bucket-width", "32", "--input-pipeline", "python"])
     assert (args.bucket_width, args.input_pipeline) == (32, "python")
     defaults = cli.build_parser().parse_args(["train"])
-    assert (defaults.bucket_width, defaults.input_pipeline) == (TrainConfig.bucket_width, "auto") == (8, "auto")
+    assert (defaults.bucket_width, defaults.input_pipeline) == (TrainConfig.bucket_width, "auto") == (None, "auto")
     with pytest.raises(UserInputError, match="--input-pipeline must be one of auto, tf.data, python"):
         TrainConfig(output="unused", input_pipeline="grain", **TINY).resolved()
     with pytest.raises(UserInputError, match="--bucket-width must be positive"):
         TrainConfig(output="unused", bucket_width=0, **TINY).resolved()
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("gpu, want", [
+    (None, (8, None)),
+    ("NVIDIA H100 80GB HBM3", (32, "bfloat16")),
+    ("Tesla V100-SXM2-16GB", (32, None)),  # no bf16 tensor cores: float32
+])
+def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monkeypatch, gpu, want):
+    from keras_transformer import model_flops
+    from keras_transformer import train_config
+
+    monkeypatch.setattr(train_config, "has_accelerator", lambda: gpu is not None)
+    monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)
+    config = TrainConfig(output="unused", **TINY).resolved()
+    assert (config.bucket_width, config.mixed_precision) == want
+    # What a run sets, it keeps; float32 is spelled None once resolved (as in earlier config.json files).
+    chosen = TrainConfig(output="unused", bucket_width=16, mixed_precision="float32", **TINY).resolved()
+    assert (chosen.bucket_width, chosen.mixed_precision) == (16, None)
+    assert TrainConfig(output="unused", mixed_precision="float16", **TINY).resolved().mixed_precision == "float16"
 
 
 @pytest.mark.backend_independent
