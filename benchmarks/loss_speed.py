@@ -1,8 +1,8 @@
 """The masked cross-entropy over the vocabulary: log-softmax against logsumexp.
 
-    KERAS_BACKEND=torch python -m benchmarks.loss_speed --threads 1 --out benchmarks/results/cpu-loss-speed/torch
-    KERAS_BACKEND=jax python -m benchmarks.loss_speed --threads 1 --out benchmarks/results/cpu-loss-speed/jax
-    KERAS_BACKEND=tensorflow python -m benchmarks.loss_speed --threads 1 --out benchmarks/results/cpu-loss-speed/tensorflow
+    KERAS_BACKEND=torch python -m benchmarks.loss_speed --threads 1 --fit-steps 2 --out benchmarks/results/cpu-loss-speed/torch
+    KERAS_BACKEND=jax python -m benchmarks.loss_speed --threads 1 --fit-steps 2 --out benchmarks/results/cpu-loss-speed/jax
+    KERAS_BACKEND=tensorflow python -m benchmarks.loss_speed --threads 1 --fit-steps 2 --out benchmarks/results/cpu-loss-speed/tensorflow
     KERAS_BACKEND=torch python -m benchmarks.loss_speed --quick --out /tmp/loss   # a smoke test
 
 Two formulations of `keras_transformer.training.MaskedSparseCrossentropy`,
