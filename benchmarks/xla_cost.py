@@ -553,6 +553,10 @@ def analyze_implementation(implementation, args, log=print):
 
     config = CONFIGS[args.config]
     keras.utils.set_random_seed(args.seed)
+    if args.mixed_precision:
+        # Set for every model: `keras.backend.clear_session()`, which ends each implementation's
+        # analysis, resets the global policy to float32.
+        keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}")
     model = build_model(implementation, config, args.seq_len, args.dropout)
     model.compile(optimizer=keras.optimizers.Adam(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -752,8 +756,6 @@ def run(args, log=print):
 
         limit_threads(args.threads)
     policy = keras.config.dtype_policy().name
-    if args.mixed_precision:
-        keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}")
     os.makedirs(args.out, exist_ok=True)
     try:
         results = [analyze_implementation(implementation, args, log) for implementation in args.implementations]

@@ -176,3 +176,18 @@ def test_mixed_bfloat16_reaches_the_matmuls_and_float32_does_not():
     bf16_flops = sum(value["flops"] for key, value in requested.items() if key.startswith("bf16 x bf16"))
     assert bf16_flops >= 0.8 * dense_flops
     assert compiled is None or any(key.startswith("bf16 x bf16") for key in compiled), compiled
+
+
+def test_every_implementation_of_a_run_gets_the_mixed_precision_policy(tmp_path):
+    # keras.backend.clear_session() resets the global policy to float32: a
+    # run that set it once would compile the second model in float32.
+    xla_cost.main(["--config", "quick", "--seq-len", "8", "--batch-size", "2", "--programs", "encode",
+                   "--mixed-precision", "bfloat16", "--implementations", "keras_transformer", "tutorial",
+                   "--out", str(tmp_path)])
+    with open(tmp_path / "results.json") as f:
+        results = json.load(f)["results"]
+    assert [r["implementation"] for r in results] == ["keras_transformer", "tutorial"]
+    for result in results:
+        requested = result["encode"]["matmul_dtypes_requested"]
+        assert any(key.startswith("bf16 x bf16") for key in requested), (result["implementation"], requested)
+    assert keras.config.dtype_policy().name == "float32"
