@@ -127,7 +127,9 @@ class TrainConfig:
             default) is bfloat16 on a GPU whose bf16 peak
             `model_flops.PEAK_BF16_FLOPS` knows (A100, L4, L40S, H100,
             H200), float32 elsewhere. Resolved, float32 is None.
-        jit_compile: True, False or "auto" (Keras decides).
+        jit_compile: True, False or "auto" (Keras decides: eager on torch
+            and on a CPU-only TensorFlow). True is refused on torch, where
+            `torch.compile` of the train step crashes (issue 13).
         bucket: batch sequences of similar length together.
         bucket_width: padded lengths are multiples of this (and
             max_length). Defaults to 32 on a GPU or TPU, 8 elsewhere. Each
@@ -317,6 +319,15 @@ class TrainConfig:
             raise UserInputError(
                 f"--distribute needs the jax or tensorflow backend (KERAS_BACKEND=jax or tensorflow); "
                 f"the {backend} backend trains on one device here."
+            )
+        if self.jit_compile is True and backend == "torch":
+            # Keras' torch.compile of the train step graph-breaks in every layer call; torch._dynamo then
+            # crashes on our model (KeyError: 'mask', torch 2.11-2.13), and where it ran (the crash patched
+            # out) a step was no faster than eager (tiny preset, CPU: benchmarks/torch_compile.py).
+            raise UserInputError(
+                "--jit-compile does not work on the torch backend: torch.compile of the train step crashes "
+                "inside torch._dynamo (KeyError: 'mask'). Leave it off (--no-jit-compile, or no flag: the default "
+                "trains eagerly on torch), or use KERAS_BACKEND=jax or tensorflow for a compiled train step."
             )
         if self.distribute == "model" and backend != "jax":
             raise UserInputError(

@@ -165,7 +165,8 @@ def _add_train_arguments(parser):
                         help="compute in this dtype, keep float32 weights (default: bfloat16 on a GPU with bf16 "
                              "tensor cores: A100, L4, L40S, H100, H200; float32 elsewhere)")
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="XLA-compile the train step (default: Keras decides)")
+                        help="XLA-compile the train step (jax, tensorflow; refused on torch; default: Keras decides, "
+                             "which is eager on torch and on TensorFlow without a GPU)")
     parser.add_argument("--bucket", action=argparse.BooleanOptionalAction, default=True,
                         help="batch sequences of similar length (default: on)")
     parser.add_argument("--bucket-width", type=_positive_int,
