@@ -41,7 +41,12 @@ benchmarks/README.md "The GPU check"):
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \\
       PYTHONPATH=/tmp/site KERAS_BACKEND=jax python3 -m benchmarks.xla_cost --config base --seq-len 256 \\
       --batch-size 128 --mixed-precision bfloat16 --implementations keras_transformer keras_hub tutorial \\
-      --out $OUT/xla-cost-base-256
+      --time-calls 20 --save-hlo --out $OUT/xla-cost-base-256
+
+`--time-calls N` also runs each compiled program N times on random tokens
+and reports its median time without Keras' `fit`/`predict` around it:
+set beside `benchmarks.run`'s tokens/s, the difference is host and
+dispatch time.
 
 Writes `results.json` (everything, with each program's HLO category table)
 and `results.md` to `--out`, the optimized HLO of every program as
@@ -498,6 +503,46 @@ def _abstract(variables):
     return [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in variables]
 
 
+def time_compiled(compiled, state, data, calls, feeds_state=True):
+    """Median seconds of one call of a compiled step, on the device, without Keras around it.
+
+    The first call is a warm-up; with `feeds_state`, the state a call
+    returns feeds the next (the training step donates its state); every
+    call waits for its outputs. Set beside `benchmarks.run`'s tokens/s (through `fit` and
+    `predict`), the difference is host and dispatch time.
+
+    Args:
+        compiled: a `jax.stages.Compiled` taking `(state, data)` and
+            returning `(outputs, state)`.
+        state: its first argument, concrete arrays.
+        data: its second argument, concrete arrays.
+        calls: int, timed calls.
+        feeds_state: bool, whether the second output is the next call's
+            state (a training step) or not (`predict_step` returns the
+            non-trainable variables only). Defaults to True.
+
+    Returns:
+        list of float, the seconds of each timed call.
+    """
+    import jax
+
+    seconds = []
+    for i in range(calls + 1):
+        started = time.perf_counter()
+        outputs, new_state = compiled(state, data)
+        jax.block_until_ready((outputs, new_state))
+        if feeds_state:
+            state = new_state
+        if i:
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def _concrete_tokens(args, vocabulary_size):
+    rng = np.random.default_rng(args.seed)
+    return rng.integers(4, vocabulary_size, size=(args.batch_size, args.seq_len)).astype("int32")
+
+
 def _program_report(lowered, compiled, seconds, vocabulary_size, model_flops_count, args, hlo_path=None):
     import jax
 
@@ -583,6 +628,16 @@ def analyze_implementation(implementation, args, log=print):
         result["train"] = _program_report(
             lowered, compiled, seconds, vocabulary_size, train_flops, args,
             os.path.join(args.out, f"{safe}-train.hlo.txt") if args.save_hlo else None)
+        if args.time_calls:
+            concrete = _concrete_tokens(args, vocabulary_size)
+            # Copies: the step donates its state, and the encoder below reads the same weights.
+            state = tuple([jax.numpy.copy(v.value) for v in variables] for variables in (
+                model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+                model.metrics_variables))
+            times = time_compiled(compiled, state, ({"encoder_tokens": concrete, "decoder_tokens": concrete},
+                                                    concrete), args.time_calls)
+            result["train"]["timed"] = _timed(times, 2 * args.batch_size * args.seq_len, train_flops)
+            log(f"  {implementation}: training step {result['train']['timed']['seconds']:.4f} s a call")
     if "encode" in args.programs:
         encoder = encoder_model(model)
         state = (_abstract(encoder.trainable_variables), _abstract(encoder.non_trainable_variables))
@@ -598,9 +653,25 @@ def analyze_implementation(implementation, args, log=print):
         result["encode"] = _program_report(
             lowered, compiled, seconds, None, encode_flops, args,
             os.path.join(args.out, f"{safe}-encode.hlo.txt") if args.save_hlo else None)
+        if args.time_calls:
+            state = ([v.value for v in encoder.trainable_variables], [v.value for v in encoder.non_trainable_variables])
+            times = time_compiled(compiled, state, (_concrete_tokens(args, vocabulary_size),), args.time_calls,
+                                  feeds_state=False)
+            result["encode"]["timed"] = _timed(times, args.batch_size * args.seq_len, encode_flops)
+            log(f"  {implementation}: encoder forward pass {result['encode']['timed']['seconds']:.4f} s a call")
     del model
     keras.backend.clear_session()
     return result
+
+
+def _timed(times, tokens, flops):
+    import statistics
+
+    seconds = statistics.median(times)
+    peak = model_flops.peak_flops(model_flops.accelerator_name())
+    return dict(seconds=seconds, seconds_repeats=[round(t, 6) for t in times], tokens_per_second=tokens / seconds,
+                model_flops_per_second=flops / seconds,
+                mfu=model_flops.model_flops_utilization(flops, seconds, peak))
 
 
 def _number(value, unit=""):
@@ -686,6 +757,17 @@ def markdown_report(report):
                 f"{data['model_flops'] / meta['peak_flops'] * 1e3:,.3f} ms. "
                 f"While loops executed: {data['while_loops']} ({data['while_loop_iterations']} iterations).",
                 "",
+            ]
+            if "timed" in data:
+                timed = data["timed"]
+                lines += [
+                    f"Timed on {device['name']}, the compiled program alone ({len(timed['seconds_repeats'])} calls, "
+                    f"median): {timed['seconds'] * 1e3:,.2f} ms a call, {timed['tokens_per_second']:,.0f} tokens/s, "
+                    f"{_number(timed['model_flops_per_second'])}FLOP/s of model FLOPs"
+                    + (f", MFU {timed['mfu']:.1%}" if timed["mfu"] is not None else "") + ".",
+                    "",
+                ]
+            lines += [
                 program_table(data),
                 "",
                 "Matmuls by dtype (operands -> output): as compiled "
@@ -730,6 +812,10 @@ def parse_args(argv=None):
                         help="f32 matmul FLOP/s (default: H100 SXM TF32, %(default)s)")
     parser.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH,
                         help="memory bytes/s (default: H100 SXM, %(default)s)")
+    parser.add_argument("--time-calls", type=int, default=0,
+                        help="also run each compiled program this many times (after one warm-up) on random tokens "
+                             "and report the median, without Keras' fit/predict around it (default: %(default)s, "
+                             "compile only)")
     parser.add_argument("--threads", type=int, help="CPU threads for XLA (default: its own)")
     parser.add_argument("--save-hlo", action="store_true", help="also write each program's optimized HLO text")
     parser.add_argument("--out", default="benchmark_results/xla_cost", help="(default: %(default)s)")

@@ -108,7 +108,8 @@ def test_roofline_charges_f32_matmuls_at_the_f32_rate():
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("xla_cost"))
-    assert xla_cost.main(["--config", "quick", "--seq-len", "8", "--batch-size", "2", "--out", out]) == 0
+    assert xla_cost.main(["--config", "quick", "--seq-len", "8", "--batch-size", "2", "--time-calls", "2",
+                          "--out", out]) == 0
     with open(os.path.join(out, "results.json")) as f:
         report = json.load(f)
     with open(os.path.join(out, "results.md")) as f:
@@ -139,6 +140,16 @@ def test_tool_writes_both_programs_and_sees_every_kernels_matmuls(quick_report):
     encode = result["encode"]
     assert {"optimizer", "logits and loss over the vocabulary", "dropout RNG"}.isdisjoint(encode["categories"])
     assert encode["categories"]["matmul (dense)"]["ops"] >= 4  # Q/K/V (fused), output, two feed-forward
+
+
+def test_the_compiled_programs_run_and_are_timed(quick_report):
+    report, table = quick_report
+    for program in ("train", "encode"):
+        timed = report["results"][0][program]["timed"]
+        assert len(timed["seconds_repeats"]) == 2 and timed["seconds"] > 0
+        tokens = 2 * 8 * (2 if program == "train" else 1)
+        assert timed["tokens_per_second"] == pytest.approx(tokens / timed["seconds"])
+    assert table.count("the compiled program alone (2 calls, median)") == 2
 
 
 def test_xla_flops_are_near_the_model_flops(quick_report):
