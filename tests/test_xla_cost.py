@@ -202,3 +202,10 @@ def test_every_implementation_of_a_run_gets_the_mixed_precision_policy(tmp_path)
         requested = result["encode"]["matmul_dtypes_requested"]
         assert any(key.startswith("bf16 x bf16") for key in requested), (result["implementation"], requested)
     assert keras.config.dtype_policy().name == "float32"
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(xla_cost, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
