@@ -384,6 +384,7 @@ class _Subject:
         self.rng = np.random.default_rng(args.seed)
         keras.utils.set_random_seed(args.seed)
         self.result = dict(implementation=implementation, seq_len=seq_len, batch_size=self.batch_size)
+        set_precision(args)
         with PeakMemory(device["accelerator"] is not None) as memory:
             self.model = build_model(
                 implementation, config, max(seq_len, args.new_tokens + 1), args.dropout, args.fused_qkv
@@ -394,6 +395,7 @@ class _Subject:
                 jit_compile=_fit_jit(args),
             )
             self.result["parameters"] = int(sum(np.prod(w.shape) for w in self.model.trainable_weights))
+            self.result["dtype_policy"] = self.model.dtype_policy.name
             if "train" in args.phases:
                 self.data, self.result["input_pipeline"] = _training_data(
                     self.rng, config["vocabulary_size"], self.batch_size, seq_len, args.steps
@@ -409,6 +411,28 @@ class _Subject:
 
     def fit_epoch(self):
         self.model.fit(**self.data, epochs=1, shuffle=False, verbose=0, callbacks=[self.timer])
+
+
+def set_precision(args):
+    """Sets the global dtype policy that `--mixed-precision` asks for.
+
+    Called before every model is built: `keras.backend.clear_session()`,
+    which runs between implementations and sequence lengths, resets the
+    policy to float32, so a policy set once at start-up would hold only
+    for the first models of a bf16 run.
+
+    Args:
+        args: the parsed command line.
+
+    Example:
+
+    >>> set_precision(parse_args(["--quick", "--mixed-precision", "bfloat16"]))
+    >>> keras.config.dtype_policy().name
+    'mixed_bfloat16'
+    >>> set_precision(parse_args(["--quick"])); keras.config.dtype_policy().name
+    'float32'
+    """
+    keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}" if args.mixed_precision else "float32")
 
 
 def _fit_jit(args):
@@ -605,6 +629,7 @@ def warm_up_process(args):
     tokens = _tokens(rng, CONFIGS["quick"]["vocabulary_size"], (2, 8))
     batch = {"encoder_tokens": tokens, "decoder_tokens": tokens}
     for implementation in args.implementations:
+        set_precision(args)
         model = build_model(implementation, "quick", 16, args.dropout, args.fused_qkv)
         model.compile(optimizer=keras.optimizers.Adam(1e-4),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=_fit_jit(args))
@@ -960,8 +985,6 @@ def run(args):
         limit_threads(args.threads)
     # The uncached loops start from a one-token prefix: a softmax over one key.
     warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-    if args.mixed_precision:
-        keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}")
     device = describe_device()
     import keras_hub
 

@@ -221,8 +221,10 @@ def train_translator(
     # Streamed (--stream), it is scanned once instead, keeping what is small.
     corpus_data = train_input.read_corpus(config)
     recorded_epochs = run_folder.prepare_output(config, overwrite=overwrite)
-    if config.mixed_precision:
-        keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}")
+    # Set either way and restored after: a policy left by an earlier run in
+    # the process (or reset by keras.backend.clear_session()) must not decide this one's.
+    previous_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}" if config.mixed_precision else "float32")
     keras.utils.set_random_seed(config.seed)
     placement = distribute.place(config, log)
     previous_distribution = keras.distribution.distribution() if placement.distribution else None
@@ -232,6 +234,7 @@ def train_translator(
     try:
         return _train(config, corpus_data, placement, recorded_epochs, start, verbose, log, callbacks)
     finally:
+        keras.config.set_dtype_policy(previous_policy)
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 

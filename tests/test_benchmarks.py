@@ -167,6 +167,17 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert "| `keras_transformer` |" in (out / "results.md").read_text()
 
 
+def test_every_model_of_a_bf16_run_is_bf16_after_the_sessions_are_cleared(tmp_path):
+    # clear_session() between sequence lengths resets Keras' policy to float32.
+    from benchmarks.run import main
+
+    main(["--config", "quick", "--seq-len", "16", "24", "--implementations", "keras_transformer", "--phases", "train",
+          "--repeats", "1", "--steps", "1", "--batch-tokens", "128", "--mixed-precision", "bfloat16",
+          "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [(row["seq_len"], row["dtype_policy"]) for row in rows] == [(16, "mixed_bfloat16"), (24, "mixed_bfloat16")]
+
+
 def _fake_row(implementation, train_seconds, cached_seconds=None, uncached_seconds=4.0):
     decode = {"uncached_tokens_per_second": 8 / uncached_seconds, "uncached_seconds_repeats": [uncached_seconds]}
     if cached_seconds:

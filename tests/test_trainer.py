@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import keras
 import numpy as np
@@ -89,7 +90,12 @@ def nan_stopped_run(tmp_path_factory):
 
 
 def test_two_step_fit_writes_model_vocabulary_config_logs_and_summary(tmp_path):
+    # A policy left in the process by other code decides nothing: float32 asked, float32 trained, and restored after.
+    keras.config.set_dtype_policy("mixed_bfloat16")
     summary = train_translator(TrainConfig(output=str(tmp_path), epochs=1, steps_per_epoch=2, **TINY), verbose=0)
+    assert keras.config.dtype_policy().name == "mixed_bfloat16"
+    with zipfile.ZipFile(tmp_path / "model.keras") as saved:
+        assert "mixed_bfloat16" not in saved.read("config.json").decode()
     assert summary["completed_steps"] == 2
     for key in ("train_loss", "dev_loss", "dev_token_accuracy", "tokens_per_second"):
         assert summary[key] is not None and summary[key] == summary[key], key  # not NaN
