@@ -75,6 +75,7 @@ from benchmarks.reference_models import KerasHubCachedDecoder
 from benchmarks.reference_models import build_model
 from benchmarks.reference_models import encoder_model
 from keras_transformer.decoding import UncachedDecoder
+from keras_transformer.train_config import check_jit_compile
 
 OURS = "keras_transformer"
 QUICK = dict(
@@ -979,6 +980,7 @@ def run(args):
     Returns:
         The report dict written to `results.json`.
     """
+    check_jit_compile(args.jit_compile)  # torch: see benchmarks/torch_compile.py for compiled steps
     if keras.backend.backend() != "tensorflow":
         _hide_gpus_from_tensorflow()
     if args.threads:

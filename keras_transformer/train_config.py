@@ -68,6 +68,35 @@ def has_accelerator():
     )
 
 
+def check_jit_compile(jit_compile):
+    """Refuses `jit_compile=True` on the torch backend, saying what to do instead.
+
+    Keras' `torch.compile` of the train step graph-breaks in every layer
+    call; `torch._dynamo` then crashes on this package's model (KeyError:
+    'mask', torch 2.11-2.13), and where it ran (the crash patched out) a
+    step was no faster than eager (tiny preset, CPU:
+    `benchmarks/torch_compile.py`).
+
+    Args:
+        jit_compile: True, False or "auto".
+
+    Raises:
+        UserInputError: `jit_compile` is True and the backend is torch.
+
+    Example:
+
+    >>> check_jit_compile("auto")  # Keras decides: eager on torch
+    """
+    import keras
+
+    if jit_compile is True and keras.backend.backend() == "torch":
+        raise UserInputError(
+            "--jit-compile does not work on the torch backend: torch.compile of the train step crashes "
+            "inside torch._dynamo (KeyError: 'mask'). Leave it off (--no-jit-compile, or no flag: the default "
+            "trains eagerly on torch), or use KERAS_BACKEND=jax or tensorflow for a compiled train step."
+        )
+
+
 def hardware_defaults():
     """The settings a run takes from the machine when it does not set them.
 
@@ -320,15 +349,7 @@ class TrainConfig:
                 f"--distribute needs the jax or tensorflow backend (KERAS_BACKEND=jax or tensorflow); "
                 f"the {backend} backend trains on one device here."
             )
-        if self.jit_compile is True and backend == "torch":
-            # Keras' torch.compile of the train step graph-breaks in every layer call; torch._dynamo then
-            # crashes on our model (KeyError: 'mask', torch 2.11-2.13), and where it ran (the crash patched
-            # out) a step was no faster than eager (tiny preset, CPU: benchmarks/torch_compile.py).
-            raise UserInputError(
-                "--jit-compile does not work on the torch backend: torch.compile of the train step crashes "
-                "inside torch._dynamo (KeyError: 'mask'). Leave it off (--no-jit-compile, or no flag: the default "
-                "trains eagerly on torch), or use KERAS_BACKEND=jax or tensorflow for a compiled train step."
-            )
+        check_jit_compile(self.jit_compile)
         if self.distribute == "model" and backend != "jax":
             raise UserInputError(
                 "--distribute model (keras.distribution.ModelParallel) needs the jax backend "

@@ -47,6 +47,7 @@ from keras_transformer import train_input
 from keras_transformer import training_speed
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
+from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
 
 
@@ -140,7 +141,8 @@ def build_translator(
         tie_embeddings: as `kt.models.transformer`.
         warmup_steps: int, of `TransformerSchedule`.
         label_smoothing: float, of `MaskedSparseCrossentropy`.
-        jit_compile: as `Model.compile`.
+        jit_compile: as `Model.compile`; True is refused on torch
+            (`train_config.check_jit_compile`).
         **model_options: more arguments for `kt.models.transformer`, e.g.
             `embedding_scale=None`, `norm_first=True` or `flash_attention`.
 
@@ -157,6 +159,7 @@ def build_translator(
     from keras_transformer import models
     from keras_transformer import training
 
+    check_jit_compile(jit_compile)
     model = models.transformer(
         vocabulary_size,
         vocabulary_size,

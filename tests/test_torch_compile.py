@@ -32,6 +32,10 @@ def test_jit_compile_on_torch_is_refused_with_what_to_do_instead(tmp_path):
         TrainConfig(output=str(tmp_path / "run"), jit_compile=True, **TINY).resolved()
     for jit_compile in ("auto", False):
         assert TrainConfig(output=str(tmp_path / "run"), jit_compile=jit_compile, **TINY).resolved()
+    # The Python API the ablations use refuses it too, before building anything.
+    with pytest.raises(UserInputError, match="--jit-compile does not work on the torch backend"):
+        build_translator(**TrainConfig(output=str(tmp_path / "run"), **TINY).resolved().model_arguments()
+                         | {"jit_compile": True})
 
 
 @pytest.mark.skipif(keras.backend.backend() == "torch", reason="the other backends compile with XLA")
