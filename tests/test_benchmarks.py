@@ -167,8 +167,9 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     assert "| `keras_transformer` |" in (out / "results.md").read_text()
 
 
+@pytest.mark.backend_independent
 def test_every_model_of_a_bf16_run_is_bf16_after_the_sessions_are_cleared(tmp_path):
-    # clear_session() between sequence lengths resets Keras' policy to float32.
+    # clear_session() between sequence lengths resets Keras' policy to float32 (Keras' global state, on any backend).
     from benchmarks.run import main
 
     main(["--config", "quick", "--seq-len", "16", "24", "--implementations", "keras_transformer", "--phases", "train",
