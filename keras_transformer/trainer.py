@@ -207,6 +207,7 @@ def train_translator(
 
     Returns:
         A dict with train/dev loss, dev token accuracy, tokens per second,
+        seconds a step, model FLOP/s and MFU (`training_speed.TrainingSpeed.report`),
         wall time and the step count, also written to `summary.json`.
 
     Raises:
