@@ -72,6 +72,7 @@ from benchmarks.reference_models import build_model
 from benchmarks.reference_models import encoder_model
 from benchmarks.run import describe_device
 from benchmarks.run import save_results
+from benchmarks.run import set_precision
 from keras_transformer import model_flops
 
 H100_BF16_FLOPS = 989e12  # dense bf16, SXM data sheet
@@ -598,10 +599,7 @@ def analyze_implementation(implementation, args, log=print):
 
     config = CONFIGS[args.config]
     keras.utils.set_random_seed(args.seed)
-    if args.mixed_precision:
-        # Set for every model: `keras.backend.clear_session()`, which ends each implementation's
-        # analysis, resets the global policy to float32.
-        keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}")
+    set_precision(args)  # for every model: the clear_session() after each one resets the policy
     model = build_model(implementation, config, args.seq_len, args.dropout)
     model.compile(optimizer=keras.optimizers.Adam(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -162,11 +162,10 @@ def test_xla_flops_are_near_the_model_flops(quick_report):
         assert matmul == pytest.approx(data["model_flops"], rel=0.05)
 
 
-def _encode_matmul_dtypes(policy):
-    keras.config.set_dtype_policy(policy)
+def _encode_matmul_dtypes(precision):
+    args = xla_cost.parse_args(["--config", "quick", "--seq-len", "8", "--batch-size", "2", "--programs", "encode",
+                                "--out", "unused", *(["--mixed-precision", precision] if precision else [])])
     try:
-        args = xla_cost.parse_args(["--config", "quick", "--seq-len", "8", "--batch-size", "2",
-                                    "--programs", "encode", "--out", "unused"])
         data = xla_cost.analyze_implementation("keras_transformer", args, log=lambda _: None)["encode"]
     finally:
         keras.config.set_dtype_policy("float32")
@@ -178,10 +177,10 @@ def _encode_matmul_dtypes(policy):
 
 
 def test_mixed_bfloat16_reaches_the_matmuls_and_float32_does_not():
-    requested, compiled = _encode_matmul_dtypes("float32")
+    requested, compiled = _encode_matmul_dtypes(None)
     assert not any("bf16" in key for key in requested)
     assert compiled is None or not any("bf16" in key for key in compiled)
-    requested, compiled = _encode_matmul_dtypes("mixed_bfloat16")
+    requested, compiled = _encode_matmul_dtypes("bfloat16")
     assert any(key.startswith("bf16 x bf16") for key in requested), requested
     dense_flops = sum(value["flops"] for value in requested.values())
     bf16_flops = sum(value["flops"] for key, value in requested.items() if key.startswith("bf16 x bf16"))
