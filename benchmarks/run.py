@@ -342,6 +342,12 @@ def _training_data(rng, vocabulary_size, batch_size, seq_len, steps):
     return dict(x=dataset.prefetch(tf.data.AUTOTUNE)), "tf.data (in-memory tensors, prefetched)"
 
 
+def _figures(seconds, digits=4):
+    # Significant figures, not decimals: a tiny model's decoding step takes well
+    # under a millisecond of CPU time, and rounding it to 0.000 dropped its rate.
+    return float(f"{seconds:.{digits}g}")
+
+
 def interleaved_seconds(functions, repeats):
     """Times several functions in turn, after one warm-up call of each.
 
@@ -466,8 +472,8 @@ def _time_training(subjects, args, device, seq_len):
         subject.result["train"] = dict(
             tokens_per_second=tokens_per_step / seconds,
             seconds_per_step=seconds,
-            seconds_per_step_repeats=[round(t, 5) for t in step_times],
-            cpu_seconds_per_step_repeats=[round(t / args.steps, 5) for t in timer.cpu_times[2:]],
+            seconds_per_step_repeats=[_figures(t) for t in step_times],
+            cpu_seconds_per_step_repeats=[_figures(t / args.steps) for t in timer.cpu_times[2:]],
             jit_compile=bool(model.jit_compile),
             # Eager torch runs the Python every step: there is nothing to retrace.
             traces_warmup=None if eager else sum(timer.trace_counts[:2]),
@@ -496,8 +502,8 @@ def _time_encoders(subjects, args, seq_len):
         seconds = wall[subject.implementation]
         subject.result["encode"] = dict(
             tokens_per_second=sizes[subject.implementation] / statistics.median(seconds),
-            seconds_repeats=[round(t, 4) for t in seconds],
-            cpu_seconds_repeats=[round(t, 4) for t in cpu[subject.implementation]],
+            seconds_repeats=[_figures(t) for t in seconds],
+            cpu_seconds_repeats=[_figures(t) for t in cpu[subject.implementation]],
         )
 
 
@@ -561,8 +567,8 @@ def _time_decoding(subjects, args, seq_len):
             seconds = wall.get((subject.implementation, kind))
             if seconds:
                 result[f"{kind}_tokens_per_second"] = generated[kind] / statistics.median(seconds)
-                result[f"{kind}_seconds_repeats"] = [round(t, 3) for t in seconds]
-                result[f"{kind}_cpu_seconds_repeats"] = [round(t, 3) for t in cpu[subject.implementation, kind]]
+                result[f"{kind}_seconds_repeats"] = [_figures(t) for t in seconds]
+                result[f"{kind}_cpu_seconds_repeats"] = [_figures(t) for t in cpu[subject.implementation, kind]]
         subject.result["decode"] = result
 
 

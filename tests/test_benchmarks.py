@@ -288,6 +288,24 @@ def test_uncached_loop_is_timed_on_its_first_steps_over_the_full_prefix_and_says
     assert "uncached: the first 2 steps timed, each on the full 6-token prefix" in (tmp_path / "results.md").read_text()
 
 
+def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
+    from benchmarks import run
+
+    # A tiny model's 2 uncached steps can take under half a millisecond of CPU
+    # time; rounded to 3 decimals that was 0, and the rate silently vanished.
+    def tiny_times(functions, repeats):
+        for function in functions.values():
+            function()
+        return {name: [0.0012] for name in functions}, {name: [0.00042] for name in functions}
+
+    monkeypatch.setattr(run, "interleaved_seconds", tiny_times)
+    report = run.run(run.parse_args(_decode_quick_args(tmp_path, "--implementations", "keras_transformer")))
+    decode = report["results"][0]["decode"]
+    assert decode["uncached_cpu_seconds_repeats"] == [0.00042]
+    assert decode["uncached_tokens_per_second_cpu"] == pytest.approx(decode["uncached_tokens_per_second"] * 0.0012 / 0.00042)
+    assert decode["cached_tokens_per_second_cpu"] > decode["cached_tokens_per_second"]
+
+
 def test_reference_uncached_loop_gives_the_tokens_of_keras_hubs_cache(rng):
     from keras_transformer.decoding import greedy_search
     from benchmarks.run import ReferenceUncachedDecoder
