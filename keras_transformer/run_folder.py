@@ -184,6 +184,34 @@ class ProgressFile(keras.callbacks.Callback):
         write_json(self.path, {"epochs_done": epoch + 1, "random_states": states})
 
 
+class EpochBackup(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` that backs up once a virtual epoch, and lets steps queue.
+
+    Keras runs the callbacks' batch-end work on a worker thread (JAX and
+    torch) only when every callback is `async_safe` or has none; otherwise
+    it waits for each step to finish before it starts the next one, and a
+    GPU idles while the host prepares it. `BackupAndRestore` defines a
+    batch-end hook, which does nothing when it saves at epoch ends, so
+    this one says it is async-safe.
+
+    Args:
+        backup_dir: str, the folder of the backups. Two are kept
+            (`double_checkpoint=True`) and neither is deleted at the end of
+            training, so a larger `--epochs` continues the run.
+
+    Example:
+
+    >>> import tempfile
+    >>> EpochBackup(tempfile.mkdtemp()).async_safe
+    True
+    """
+
+    async_safe = True
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False)
+
+
 
 def _size(num_bytes):
     for unit in ("bytes", "KB", "MB", "GB"):

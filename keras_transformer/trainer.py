@@ -34,6 +34,7 @@ settings are a `TrainConfig` (`train_config`).
 import dataclasses
 import math
 import os
+import threading
 import time
 
 import keras
@@ -64,23 +65,71 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
     ends the epoch, so `BackupAndRestore` backs up the broken weights over
     the good ones and deletes its backups when training ends. Raising out
     of `fit` skips all of that: the last good backup stays on disk.
+
+    It is `async_safe`: on JAX and torch, Keras then checks the steps'
+    losses on worker threads while the host queues the next steps, and an
+    error raised there reaches `fit` at a later step's end or, at the
+    latest, before the epoch's backup. The workers run several checks at
+    once and Keras may surface a later step's error first, so the step to
+    report is `first_failure()`, not the error's.
     """
+
+    async_safe = True
 
     def __init__(self, steps_per_epoch):
         super().__init__()
         self.steps_per_epoch = steps_per_epoch
         self.epoch = 0
+        self._checks = threading.Condition()
+        self._steps_begun = self._steps_checked = 0
+        self._first = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
+    def on_train_batch_begin(self, batch, logs=None):
+        with self._checks:  # on the main thread, in step order
+            self._steps_begun += 1
+
     def on_train_batch_end(self, batch, logs=None):
-        if (logs or {}).get("loss") is None:
-            return
-        # The epoch's running mean: NaN or infinite from the first bad step on.
-        loss = float(keras.ops.convert_to_numpy(logs["loss"]))
-        if not math.isfinite(loss):
-            raise _NonFiniteLoss(self.epoch * self.steps_per_epoch + batch + 1, loss)
+        step, loss = self.epoch * self.steps_per_epoch + batch + 1, None
+        try:
+            if (logs or {}).get("loss") is not None:
+                # The epoch's running mean: NaN or infinite from the first bad step on.
+                loss = float(keras.ops.convert_to_numpy(logs["loss"]))
+        finally:
+            with self._checks:
+                self._steps_checked += 1
+                if loss is not None and not math.isfinite(loss) and (self._first is None or step < self._first.step):
+                    self._first = _NonFiniteLoss(step, loss)
+                self._checks.notify_all()
+        if loss is not None and not math.isfinite(loss):
+            raise _NonFiniteLoss(step, loss)
+
+    def first_failure(self, timeout=60.0):
+        """The earliest step found non-finite, once every step begun is checked.
+
+        Args:
+            timeout: float, the most seconds to wait for checks still running.
+
+        Returns:
+            A `_NonFiniteLoss`, or None if no step was found non-finite.
+        """
+        with self._checks:
+            self._checks.wait_for(lambda: self._steps_checked >= self._steps_begun, timeout)
+            return self._first
+
+
+class _EpochTensorBoard(keras.callbacks.TensorBoard):
+    """TensorBoard logs once a virtual epoch; async-safe like `run_folder.EpochBackup`.
+
+    With `update_freq="epoch"` its batch-end hook writes nothing per batch
+    (no writer is open for it), and the train graph it writes after the
+    first batch exists only on TensorFlow, where Keras never runs
+    callbacks on a worker thread.
+    """
+
+    async_safe = True
 
 
 def _non_finite_loss_error(stop, config):
@@ -269,7 +318,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
     )
     tensorboard = []
     if tensorflow_imports():  # Keras writes TensorBoard logs with tf.summary
-        tensorboard = [keras.callbacks.TensorBoard(os.path.join(output, run_folder.TENSORBOARD_FOLDER))]
+        tensorboard = [_EpochTensorBoard(os.path.join(output, run_folder.TENSORBOARD_FOLDER))]
     else:
         log("TensorBoard logs need TensorFlow, which does not import here; the metrics are in log.csv")
     dev_bleu = None
@@ -289,13 +338,12 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
     if config.average_last > 1:
         selection.append(model_selection.LastCheckpoints(output, config.average_last))
     speed = training_speed.TrainingSpeed(config.steps_per_epoch)
+    stop_on_non_finite = _StopOnNonFiniteLoss(config.steps_per_epoch)
     callbacks = [
         speed,  # first: its clock stops before the others' epoch-end work
         # Backup first: the progress file must never run ahead of it. The
         # last backup stays after training, so a larger --epochs continues.
-        keras.callbacks.BackupAndRestore(
-            os.path.join(output, run_folder.BACKUP_FOLDER), double_checkpoint=True, delete_checkpoint=False
-        ),
+        run_folder.EpochBackup(os.path.join(output, run_folder.BACKUP_FOLDER)),
         run_folder.RestoreRandomState(random_state),
         run_folder.ProgressFile(os.path.join(output, run_folder.PROGRESS_FILE)),
         # Before the loggers: dev BLEU joins the epoch's logs.
@@ -303,7 +351,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         keras.callbacks.CSVLogger(os.path.join(output, run_folder.LOG_FILE), append=True),
         *tensorboard,
         learning_curve.LearningCurve(output, config.steps_per_epoch, log),
-        _StopOnNonFiniteLoss(config.steps_per_epoch),
+        stop_on_non_finite,
         *callbacks,
     ]
     fit_start = time.time()
@@ -318,7 +366,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
             verbose=verbose,
         )
     except _NonFiniteLoss as stop:
-        raise _non_finite_loss_error(stop, config) from None
+        raise _non_finite_loss_error(stop_on_non_finite.first_failure() or stop, config) from None
     fit_seconds = time.time() - fit_start
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
     sizes = config.model_arguments()

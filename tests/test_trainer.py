@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import keras
@@ -59,12 +60,29 @@ def _weights(path):
     return [keras.ops.convert_to_numpy(w) for w in keras.saving.load_model(path, compile=False).weights]
 
 
+class _BatchEndThreads(keras.callbacks.Callback):
+    """Records whether each `on_train_batch_end` ran on the main thread; adds nothing of its own that waits."""
+
+    async_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.on_main_thread = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.on_main_thread.append(threading.current_thread() is threading.main_thread())
+
+
 @pytest.fixture(scope="module")
 def uninterrupted_run(tmp_path_factory):
-    """`RUN` trained in one go: the reference the resumed runs must equal."""
+    """`RUN` trained in one go: the reference the resumed runs must equal.
+
+    Returns the summary, the weights and where its batch ends ran (`_BatchEndThreads`).
+    """
     output = tmp_path_factory.mktemp("uninterrupted")
-    summary = train_translator(TrainConfig(output=str(output), **RUN), **QUIET)
-    return summary, _weights(output / "model.keras")
+    threads = _BatchEndThreads()
+    summary = train_translator(TrainConfig(output=str(output), **RUN), callbacks=[threads], **QUIET)
+    return summary, _weights(output / "model.keras"), threads.on_main_thread
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +147,7 @@ def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, u
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2"]
     # Same batches, weights, optimizer state and dropout masks as one
     # uninterrupted run: the same model, up to float32 rounding.
-    reference, reference_weights = uninterrupted_run
+    reference, reference_weights, _ = uninterrupted_run
     assert resumed["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
     for got, want in zip(_weights(tmp_path / "model.keras"), reference_weights):
         np.testing.assert_allclose(got, want, atol=1e-5)
@@ -149,11 +167,22 @@ def test_a_run_resumed_on_the_python_pipeline_ends_with_the_model_of_the_tf_data
     assert any(m.startswith("input pipeline: python (keras.utils.PyDataset") for m in messages), messages
     assert summary["input_pipeline"] == "python"
     assert summary["completed_steps"] == 9 and summary["trained_steps_this_run"] == 3
-    reference, reference_weights = uninterrupted_run
+    reference, reference_weights, _ = uninterrupted_run
     assert reference["input_pipeline"] == "tf.data"
     assert summary["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
     for got, want in zip(_weights(output / "model.keras"), reference_weights):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+                    reason="Keras runs callbacks on the main thread on TensorFlow (not thread-safe there)")
+def test_the_host_queues_the_next_step_without_waiting_for_the_callbacks(uninterrupted_run):
+    # Keras moves batch-end callbacks (and with them the float() of the loss
+    # that waits for the step) off the main thread only when every callback is
+    # async-safe: then the host prepares the next step while the device runs one.
+    on_main_thread = uninterrupted_run[2]
+    assert len(on_main_thread) == RUN["epochs"] * RUN["steps_per_epoch"]
+    assert not any(on_main_thread)
 
 
 def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_run):
@@ -171,6 +200,32 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_r
 
 
 @pytest.mark.backend_independent
+def test_the_first_non_finite_step_is_named_when_a_later_check_finishes_first():
+    # Keras checks the losses on several worker threads at once and may
+    # surface a later step's error first (step 9 for the NaN of step 8 was
+    # seen here); the trainer names the earliest once every check has run.
+    check = trainer._StopOnNonFiniteLoss(steps_per_epoch=3)
+    check.on_epoch_begin(2)
+    for batch in range(3):
+        check.on_train_batch_begin(batch)
+    check.on_train_batch_end(0, {"loss": 1.5})
+    with pytest.raises(trainer._NonFiniteLoss) as later:
+        check.on_train_batch_end(2, {"loss": float("nan")})
+    assert later.value.step == 9
+    assert check.first_failure(timeout=0).step == 9  # step 8 not checked yet
+
+    def step_8():
+        with pytest.raises(trainer._NonFiniteLoss):
+            check.on_train_batch_end(1, {"loss": float("inf")})
+
+    worker = threading.Timer(0.3, step_8)
+    worker.start()
+    first = check.first_failure(timeout=30)
+    worker.join()
+    assert (first.step, first.value) == (8, float("inf"))
+
+
+@pytest.mark.backend_independent
 def test_a_damaged_newest_backup_falls_back_to_the_previous_one(tmp_path, nan_stopped_run, uninterrupted_run):
     output = tmp_path / "run"
     shutil.copytree(nan_stopped_run[0], output)
@@ -180,7 +235,7 @@ def test_a_damaged_newest_backup_falls_back_to_the_previous_one(tmp_path, nan_st
     summary = train_translator(TrainConfig(output=str(output), **RUN), **{**QUIET, "log": messages.append})
     assert any("latest.weights.h5 is unreadable" in m and "after virtual epoch 1" in m for m in messages), messages
     assert summary["completed_steps"] == 9 and summary["trained_steps_this_run"] == 6
-    reference, reference_weights = uninterrupted_run
+    reference, reference_weights, _ = uninterrupted_run
     assert summary["dev_loss"] == pytest.approx(reference["dev_loss"], rel=1e-5)
     for got, want in zip(_weights(output / "model.keras"), reference_weights):
         np.testing.assert_allclose(got, want, atol=1e-5)
