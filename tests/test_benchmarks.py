@@ -1,5 +1,6 @@
 """The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run."""
 
+import doctest
 import json
 import os
 import pathlib
@@ -437,3 +438,23 @@ def test_gpu_table_steps_are_valid_benchmark_commands_and_import_no_keras():
     imported = subprocess.run([sys.executable, "-c", probe], cwd=pathlib.Path(__file__).resolve().parents[1],
                               capture_output=True, text=True, check=True).stdout
     assert imported.strip() == "[]"
+
+
+def test_host_overhead_runs_each_variant_where_it_says(tmp_path):
+    from benchmarks import host_overhead
+
+    report = host_overhead.main([
+        "--corpus", FIXTURE_CORPUS, "--num-layers", "1", "--d-model", "16", "--num-heads", "2", "--ff-dim", "32",
+        "--vocabulary-size", "400", "--max-length", "24", "--batch-tokens", "240", "--steps", "3", "--repeats", "1",
+        "--input-pipeline", "python", "--out", str(tmp_path),
+    ])
+    # Keras runs batch ends on worker threads only where it is thread-safe
+    # (not TensorFlow), and only if no callback's batch-end hook is unsafe.
+    threaded = keras.backend.backend() != "tensorflow"
+    assert report["batch_ends_on_main_thread"] == {"async": not threaded, "sync": True, "bare": None}
+    assert all(len(values) == 1 and values[0] > 0 for values in report["seconds_per_step"].values())
+    assert report["sync_over_async"] == report["median_seconds_per_step"]["sync"] / report["median_seconds_per_step"]["async"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| `async` | " + ("worker threads" if threaded else "main thread") in table
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["input_pipeline"] == "python"
+    assert doctest.testmod(host_overhead).failed == 0
