@@ -54,12 +54,12 @@ def parse_args(argv=None):
 
     >>> args = parse_args(["--d-model", "32"])
     >>> args.preset, args.d_model, args.steps
-    ('tiny', 32, 50)
+    (None, 32, 50)
     """
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_overhead",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="a corpus file as `keras-transformer train --corpus` takes it (default: the embedded one)")
-    parser.add_argument("--preset", default="tiny", help="TrainConfig preset (default: %(default)s)")
+    parser.add_argument("--preset", help="TrainConfig preset (default: the trainer's: tiny on a CPU, base on a GPU)")
     for name in ("num-layers", "d-model", "num-heads", "ff-dim", "vocabulary-size", "bucket-width"):
         parser.add_argument(f"--{name}", type=int, help="(default: the preset's, as the trainer takes it)")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="(default: %(default)s)")
