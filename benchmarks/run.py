@@ -23,7 +23,10 @@ with `--threads 1`).
   installed). A repeat is one epoch of `--steps` steps, timed from the
   epoch's start to its end (the end reads the loss, so asynchronous devices
   are synchronized). tokens/s counts source + target tokens.
-- encoder inference: `predict` on the encoder half, tokens/s.
+- encoder inference: `predict` on the encoder half with its outputs
+  summed over the features on the device, tokens/s; and `predict` of the
+  whole outputs ("outputs to host"), which Keras copies to the host and
+  concatenates with NumPy (on JAX all batches' at the end of the call).
 - greedy decoding of `--new-tokens` tokens for `--decode-batch` sources:
   this package's `CachedDecoder` (KV cache) and KerasHub's own KV cache,
   each in the package's one decoding loop (`greedy_search`: one
@@ -490,20 +493,29 @@ def _time_encoders(subjects, args, seq_len):
     functions, sizes = {}, {}
     for subject in subjects:
         encoder = encoder_model(subject.model)
-        encoder.compile(jit_compile=_fit_jit(args))
+        # `predict` keeps each batch's outputs on the device and concatenates
+        # them all with NumPy at the end: for base@256 that copies 670 MB of
+        # float32 to the host a call. The same encoder with its outputs summed
+        # over the features copies one number a token, so it times the encoder.
+        summed = keras.Model(encoder.input, keras.ops.sum(encoder.output, axis=-1), name=f"{encoder.name}_summed")
         tokens = _tokens(subject.rng, vocabulary_size, (subject.batch_size * args.steps, seq_len))
         sizes[subject.implementation] = tokens.size
-        functions[subject.implementation] = (
-            lambda encoder=encoder, tokens=tokens, batch=subject.batch_size:
-            encoder.predict(tokens, batch_size=batch, verbose=0)
-        )
+        for name, model in ((subject.implementation, summed), (f"{subject.implementation} to host", encoder)):
+            model.compile(jit_compile=_fit_jit(args))
+            functions[name] = (
+                lambda model=model, tokens=tokens, batch=subject.batch_size:
+                model.predict(tokens, batch_size=batch, verbose=0)
+            )
     wall, cpu = interleaved_seconds(functions, args.encode_repeats)
     for subject in subjects:
-        seconds = wall[subject.implementation]
+        size, name = sizes[subject.implementation], subject.implementation
         subject.result["encode"] = dict(
-            tokens_per_second=sizes[subject.implementation] / statistics.median(seconds),
-            seconds_repeats=[_figures(t) for t in seconds],
-            cpu_seconds_repeats=[_figures(t) for t in cpu[subject.implementation]],
+            tokens_per_second=size / statistics.median(wall[name]),
+            seconds_repeats=[_figures(t) for t in wall[name]],
+            cpu_seconds_repeats=[_figures(t) for t in cpu[name]],
+            to_host_tokens_per_second=size / statistics.median(wall[f"{name} to host"]),
+            to_host_seconds_repeats=[_figures(t) for t in wall[f"{name} to host"]],
+            to_host_cpu_seconds_repeats=[_figures(t) for t in cpu[f"{name} to host"]],
         )
 
 
@@ -735,7 +747,10 @@ _RATES = {
         ("achieved_flops_per_second", "seconds_per_step_repeats", "cpu_seconds_per_step_repeats"),
         ("mfu", "seconds_per_step_repeats", "cpu_seconds_per_step_repeats"),
     ),
-    "encode": (("tokens_per_second", "seconds_repeats", "cpu_seconds_repeats"),),
+    "encode": (
+        ("tokens_per_second", "seconds_repeats", "cpu_seconds_repeats"),
+        ("to_host_tokens_per_second", "to_host_seconds_repeats", "to_host_cpu_seconds_repeats"),
+    ),
     "decode": (
         ("cached_tokens_per_second", "cached_seconds_repeats", "cached_cpu_seconds_repeats"),
         ("uncached_tokens_per_second", "uncached_seconds_repeats", "uncached_cpu_seconds_repeats"),
@@ -853,9 +868,9 @@ def _statistic_table(report, statistic):
             "",
             "| implementation | parameters | train tokens/s | vs ours | "
             + ("MFU" if accelerator else "achieved GFLOP/s")
-            + " | retraces (timed) | peak memory MB | encoder tokens/s | vs ours "
+            + " | retraces (timed) | peak memory MB | encoder tokens/s | vs ours | encoder, outputs to host "
             "| greedy cached tokens/s | greedy uncached tokens/s | cached / uncached |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             train, encode, dec = r.get("train"), r.get("encode"), r.get("decode") or {}
@@ -882,6 +897,7 @@ def _statistic_table(report, statistic):
                     _number(_get(encode, "tokens_per_second", statistic)),
                     _times(_ratio(_get(ours.get("encode"), "tokens_per_second", statistic),
                                   _get(encode, "tokens_per_second", statistic))),
+                    _number(_get(encode, "to_host_tokens_per_second", statistic)),
                     _number(cached, 1) if cached is not None else ("no cache" if dec else "n/a"),
                     _number(uncached, 1),
                     _times(_ratio(cached, uncached)),

@@ -155,7 +155,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     from benchmarks.run import main
 
     out = tmp_path / "bench"
-    main(["--quick", "--implementations", "keras_transformer", "--phases", "train", "--repeats", "1",
+    main(["--quick", "--implementations", "keras_transformer", "--phases", "train", "encode", "--repeats", "1",
           "--out", str(out)])
     report = json.loads((out / "results.json").read_text())
     assert report["meta"]["config"] == "quick"
@@ -166,6 +166,10 @@ def test_quick_run_writes_json_and_markdown(tmp_path):
     if keras.backend.backend() != "torch":
         assert row["train"]["traces_timed"] == 0
     assert "| `keras_transformer` |" in (out / "results.md").read_text()
+    # Encoder inference with its outputs summed on the device, and with every output copied to the host.
+    assert row["encode"]["tokens_per_second"] > 0 and row["encode"]["to_host_tokens_per_second"] > 0
+    assert len(row["encode"]["to_host_seconds_repeats"]) == 2  # --quick: encode_repeats=2
+    assert "| encoder, outputs to host |" in (out / "results.md").read_text()
 
 
 @pytest.mark.backend_independent
