@@ -126,6 +126,10 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
                         default=list(IMPLEMENTATIONS),
                         help="implementations whose uncached loop is timed; the tutorial's is the baseline of "
                              "cached decoding (default: all)")
+    parser.add_argument("--encode-to-host-implementations", nargs="+", choices=IMPLEMENTATIONS,
+                        default=list(IMPLEMENTATIONS),
+                        help="implementations whose encoder is also timed with its whole outputs copied to the "
+                             "host (default: all)")
     parser.add_argument("--phases", nargs="+", choices=("train", "encode", "decode"),
                         default=["train", "encode", "decode"])
     parser.add_argument("--mixed-precision", choices=("float16", "bfloat16"),
@@ -500,7 +504,10 @@ def _time_encoders(subjects, args, seq_len):
         summed = keras.Model(encoder.input, keras.ops.sum(encoder.output, axis=-1), name=f"{encoder.name}_summed")
         tokens = _tokens(subject.rng, vocabulary_size, (subject.batch_size * args.steps, seq_len))
         sizes[subject.implementation] = tokens.size
-        for name, model in ((subject.implementation, summed), (f"{subject.implementation} to host", encoder)):
+        timed = [(subject.implementation, summed)]
+        if subject.implementation in args.encode_to_host_implementations:
+            timed.append((f"{subject.implementation} to host", encoder))
+        for name, model in timed:
             model.compile(jit_compile=_fit_jit(args))
             functions[name] = (
                 lambda model=model, tokens=tokens, batch=subject.batch_size:
@@ -513,10 +520,13 @@ def _time_encoders(subjects, args, seq_len):
             tokens_per_second=size / statistics.median(wall[name]),
             seconds_repeats=[_figures(t) for t in wall[name]],
             cpu_seconds_repeats=[_figures(t) for t in cpu[name]],
-            to_host_tokens_per_second=size / statistics.median(wall[f"{name} to host"]),
-            to_host_seconds_repeats=[_figures(t) for t in wall[f"{name} to host"]],
-            to_host_cpu_seconds_repeats=[_figures(t) for t in cpu[f"{name} to host"]],
         )
+        if f"{name} to host" in wall:
+            subject.result["encode"].update(
+                to_host_tokens_per_second=size / statistics.median(wall[f"{name} to host"]),
+                to_host_seconds_repeats=[_figures(t) for t in wall[f"{name} to host"]],
+                to_host_cpu_seconds_repeats=[_figures(t) for t in cpu[f"{name} to host"]],
+            )
 
 
 class ReferenceUncachedDecoder(UncachedDecoder):

@@ -435,6 +435,7 @@ def test_gpu_table_steps_are_valid_benchmark_commands_and_import_no_keras():
         args = run.parse_args(gpu_table.step_command(step, "/out")[3:])
         assert args.process_per_implementation and args.resume and args.mixed_precision == "bfloat16"
         assert args.new_tokens == 256 and args.uncached_new_tokens < 256 and args.out == f"/out/{step.name}"
+        assert args.encode_to_host_implementations == ["keras_transformer"]  # issue 13's encoder figure, once
     # Two calls of the default budget hold the expected times.
     assert sum(step.expected_seconds for step in gpu_table.STEPS) <= 2 * gpu_table.parse_args([]).budget
     probe = ("import sys, benchmarks.gpu_table\n"
