@@ -86,8 +86,19 @@ class _WaitsForEachStep(keras.callbacks.Callback):
         pass
 
 
-class _BatchEndThread(keras.callbacks.Callback):
-    """Records whether each batch end ran on the main thread; async-safe, so it changes nothing."""
+class BatchEndThread(keras.callbacks.Callback):
+    """Records whether each `on_train_batch_end` ran on the main thread; async-safe, so it changes nothing.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> threads = BatchEndThread()
+    >>> _ = model.fit(np.zeros((8, 2)), np.zeros((8, 1)), batch_size=4, verbose=0, callbacks=[threads])
+    >>> threads.on_main_thread == [keras.backend.backend() == "tensorflow"] * 2  # worker threads on JAX and torch
+    True
+    """
 
     async_safe = True
 
@@ -150,7 +161,7 @@ def measure(args, log=print):
                                             config.ff_dim, config.vocabulary_size)
 
     def fit(variant):
-        speed, threads = training_speed.TrainingSpeed(args.steps), _BatchEndThread()
+        speed, threads = training_speed.TrainingSpeed(args.steps), BatchEndThread()
         callbacks = [speed]
         if variant != "bare":
             callbacks += [trainer._StopOnNonFiniteLoss(args.steps), threads]

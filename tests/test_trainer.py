@@ -22,6 +22,10 @@ from keras_transformer.train_config import TrainConfig
 from keras_transformer.errors import UserInputError
 from keras_transformer.trainer import train_translator
 
+# `benchmarks/` sits beside the package in the repository, not inside it.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from benchmarks.host_overhead import BatchEndThread  # noqa: E402
+
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 TINY = dict(
     corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2, ff_dim=32,
@@ -60,27 +64,14 @@ def _weights(path):
     return [keras.ops.convert_to_numpy(w) for w in keras.saving.load_model(path, compile=False).weights]
 
 
-class _BatchEndThreads(keras.callbacks.Callback):
-    """Records whether each `on_train_batch_end` ran on the main thread; adds nothing of its own that waits."""
-
-    async_safe = True
-
-    def __init__(self):
-        super().__init__()
-        self.on_main_thread = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.on_main_thread.append(threading.current_thread() is threading.main_thread())
-
-
 @pytest.fixture(scope="module")
 def uninterrupted_run(tmp_path_factory):
     """`RUN` trained in one go: the reference the resumed runs must equal.
 
-    Returns the summary, the weights and where its batch ends ran (`_BatchEndThreads`).
+    Returns the summary, the weights and where its batch ends ran (`BatchEndThread`).
     """
     output = tmp_path_factory.mktemp("uninterrupted")
-    threads = _BatchEndThreads()
+    threads = BatchEndThread()
     summary = train_translator(TrainConfig(output=str(output), **RUN), callbacks=[threads], **QUIET)
     return summary, _weights(output / "model.keras"), threads.on_main_thread
 
