@@ -140,6 +140,11 @@ def measure(args, log=print):
         from benchmarks.run import limit_threads
 
         limit_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="host-overhead-") as output:  # the vocabulary's folder
+        return _measure(args, output, log)
+
+
+def _measure(args, output, log):
     from benchmarks.run import describe_device
     from keras_transformer import distribute
     from keras_transformer import model_flops
@@ -147,7 +152,6 @@ def measure(args, log=print):
     from keras_transformer import trainer
     from keras_transformer import training_speed
 
-    output = tempfile.mkdtemp(prefix="host-overhead-")
     config = _config(args, output)
     keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}" if config.mixed_precision else "float32")
     keras.utils.set_random_seed(config.seed)
