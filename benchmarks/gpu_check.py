@@ -20,9 +20,10 @@ torch GPU machine with the carried wheels: see benchmarks/README.md).
    is what the layer guards against).
 2. **train**: `keras-transformer train` as a GPU user runs it (the base
    preset, bfloat16, the embedded corpus, the trainer's own input pipeline)
-   for `--steps` steps in virtual epochs of 25, printing the training and dev
-   loss of every 25 steps; they must be finite, and the last training loss
-   below the first.
+   for `--steps` steps in virtual epochs of `--steps-per-epoch` (25),
+   printing the training and dev loss of each; they must be finite, and the
+   last training loss below the first. `--train-settings` changes any other
+   `TrainConfig` field.
 3. **decode**: greedy tokens of the trained model with the KV cache equal
    those of the uncached loop that re-runs the whole model, on dev sources.
 """
@@ -37,6 +38,8 @@ import time
 import keras
 import numpy as np
 from keras import ops
+
+from benchmarks.preset_ablation import parse_settings
 
 LENGTHS = tuple(range(8, 257, 8))
 KINDS = ("self", "causal", "cross")
@@ -307,10 +310,9 @@ def check_training(output, steps=300, steps_per_epoch=25, preset="base", log=pri
     from keras_transformer.errors import UserInputError
     from keras_transformer.trainer import train_translator
 
-    config = TrainConfig(
-        output=output, preset=preset, mixed_precision="bfloat16", epochs=steps // steps_per_epoch,
-        steps_per_epoch=steps_per_epoch, **overrides,
-    )
+    settings = dict(preset=preset, mixed_precision="bfloat16", epochs=steps // steps_per_epoch,
+                    steps_per_epoch=steps_per_epoch)
+    config = TrainConfig(output=output, **{**settings, **overrides})
     log(f"== train: preset {preset}, bfloat16, {steps} steps, {overrides or 'trainer defaults'} ==")
     callback = _LossEvery(steps_per_epoch, log)
     try:
@@ -358,12 +360,21 @@ def main(argv=None):
                         help="comma-separated subset of attention,train,decode (default: all)")
     parser.add_argument("--lengths", help="comma-separated attention lengths (default: 8,16,...,256)")
     parser.add_argument("--steps", type=int, default=300, help="training steps (default: %(default)s)")
+    parser.add_argument("--steps-per-epoch", type=int, default=25,
+                        help="the losses are printed and checked after every this many steps (default: %(default)s)")
     parser.add_argument("--preset", default="base")
     parser.add_argument("--bucket-width", type=int, default=32,
                         help="padded lengths are multiples of it: 32 gives the 32/64/96/128 buckets "
                              "(few shapes for JAX to compile) (default: %(default)s)")
     parser.add_argument("--run-folder", help="training output folder (default: a temporary one)")
+    parser.add_argument("--train-settings", default="",
+                        help="field=value,... of TrainConfig for the training check, over the ones above "
+                             "(e.g. batch_tokens=2048 on a GPU with less memory)")
     args = parser.parse_args(argv)
+    if args.steps < 2 * args.steps_per_epoch:
+        parser.error("--steps must be at least twice --steps-per-epoch: the check compares the first "
+                     "and the last virtual epoch's loss")
+    train_settings = parse_settings(args.train_settings, option="--train-settings")
     checks = args.checks.split(",")
     lengths = tuple(int(x) for x in args.lengths.split(",")) if args.lengths else LENGTHS
     print(f"backend {keras.backend.backend()}, keras {keras.__version__}, devices "
@@ -379,8 +390,9 @@ def main(argv=None):
     output = args.run_folder or tempfile.mkdtemp(prefix="gpu-check-")
     if "train" in checks:
         began = time.time()
-        passed, curve, summary = check_training(output, steps=args.steps, preset=args.preset,
-                                                bucket_width=args.bucket_width)
+        passed, curve, summary = check_training(output, steps=args.steps, steps_per_epoch=args.steps_per_epoch,
+                                                preset=args.preset,
+                                                **{"bucket_width": args.bucket_width, **train_settings})
         ok &= passed
         report["train"] = {"passed": passed, "curve": curve, "summary": summary,
                            "seconds": time.time() - began}

@@ -7,9 +7,10 @@ Each variant is a `TrainConfig` (the defaults, then `--base`, then the
 variant's own `field=value` settings) trained in its own folder under
 `--out`, then scored on the test and held-out splits with the package's
 defaults (greedy, 3-gram guard; sacrebleu with the corpus' references).
-A variant whose folder holds a finished run is not trained again, so the
-same command resumes after an interruption or a device's time limit, and
-a GPU session can run one variant per call. Writes `ablation.json` and
+A variant whose folder holds a finished run is not trained again, and one
+that `ablation.json` scored already (with the same settings) is skipped, so
+the same command resumes after an interruption or a device's time limit,
+and a GPU session can run one variant per call. Writes `ablation.json` and
 `ablation.md` (one row per variant: wall time, tokens/s, best dev BLEU and
 what was kept, test and held-out BLEU/chrF/loops) to `--out`.
 
@@ -29,26 +30,44 @@ from keras_transformer.train_config import TrainConfig
 SPLITS = ("test", "heldout")
 
 
-def parse_variant(text):
-    """`"name:field=value,..."` -> `(name, {field: value})`, values parsed as JSON where they can be.
+def parse_settings(text, option="--base"):
+    """`"field=value,..."` -> `{field: value}` of `TrainConfig` fields, values parsed as JSON where they can be.
+
+    Args:
+        text: comma-separated `field=value` items; empty for none.
+        option: the command-line option that gave `text`, for the error.
+
+    Returns:
+        dict.
 
     Example:
 
-    >>> parse_variant("small-drop:preset=small,dropout=0.3,tie_embeddings=false")
-    ('small-drop', {'preset': 'small', 'dropout': 0.3, 'tie_embeddings': False})
+    >>> parse_settings("preset=small,dropout=0.3,tie_embeddings=false")
+    {'preset': 'small', 'dropout': 0.3, 'tie_embeddings': False}
     """
-    name, _, settings = text.partition(":")
     fields = {field.name for field in dataclasses.fields(TrainConfig)}
     values = {}
-    for item in filter(None, settings.split(",")):
+    for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
         if key not in fields:
-            raise SystemExit(f"--variant {text!r}: {key!r} is not a TrainConfig field")
+            raise SystemExit(f"{option}: {key!r} is not a TrainConfig field (in {text!r})")
         try:
             values[key] = json.loads(value)
         except ValueError:
             values[key] = value
-    return name, values
+    return values
+
+
+def parse_variant(text):
+    """`"name:field=value,..."` -> `(name, {field: value})`, as `parse_settings`.
+
+    Example:
+
+    >>> parse_variant("small-drop:preset=small,dropout=0.3")
+    ('small-drop', {'preset': 'small', 'dropout': 0.3})
+    """
+    name, _, settings = text.partition(":")
+    return name, parse_settings(settings, option=f"--variant {name}")
 
 
 def run_variant(name, settings, out, log=print):
@@ -119,17 +138,24 @@ def main(argv=None):
                         help="after scoring a variant, delete its model, backups and checkpoints (keep the logs, "
                              "summary, scores and plot): for a device whose files must travel back small")
     args = parser.parse_args(argv)
-    _, base = parse_variant(f"base:{args.base}")
+    base = parse_settings(args.base)
     os.makedirs(args.out, exist_ok=True)
     results_path = os.path.join(args.out, "ablation.json")
     rows = {}
     if os.path.exists(results_path):
         with open(results_path) as f:
             rows = {row["variant"]: row for row in json.load(f)}
-    for text in args.variant:
-        name, settings = parse_variant(text)
+    variants = [(name, {**base, **settings}) for name, settings in map(parse_variant, args.variant)]
+    for name, settings in variants:
+        if name in rows and rows[name]["settings"] != settings:
+            raise SystemExit(f"--variant {name}: ablation.json scored it with other settings "
+                             f"({rows[name]['settings']}); give it another name")
+    for name, settings in variants:
+        if name in rows:
+            print(f"{name}: scored already (ablation.json)", flush=True)
+            continue
         start = time.time()
-        rows[name] = run_variant(name, {**base, **settings}, args.out)
+        rows[name] = run_variant(name, settings, args.out)
         if args.prune:
             prune(os.path.join(args.out, name))
         print(f"{name}: {time.time() - start:.0f} s with scoring", flush=True)

@@ -1,0 +1,94 @@
+"""The commands a GPU session runs (benchmarks/README.md, "A session lent a GPU"),
+in miniature on a CPU: a crash a CPU could have shown must not cost device minutes.
+
+`benchmarks.gpu_table`, `benchmarks.xla_cost` and `benchmarks.host_overhead`
+have their own tests (test_benchmarks.py, test_xla_cost.py); these cover the
+GPU check's training and decoding and the recipe ablation of issue 14.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+from benchmarks import preset_ablation
+from conftest import FIXTURE_CORPUS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MINIATURE = (f"corpus={FIXTURE_CORPUS},num_layers=1,d_model=16,num_heads=2,ff_dim=32,max_length=128,"
+             "vocabulary_size=400,batch_tokens=240,warmup_steps=2,dev_bleu_sentences=4")
+
+# As on the lent machines: no TensorFlow, the package's code from the checkout.
+GPU_CHECK_WITHOUT_TENSORFLOW = """
+import sys
+sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
+from benchmarks import gpu_check
+sys.exit(gpu_check.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the GPU plan's first call runs it on JAX")
+def test_the_gpu_check_trains_decodes_and_reports_without_tensorflow(tmp_path):
+    out = tmp_path / "jax"
+    result = subprocess.run(
+        [sys.executable, "-c", GPU_CHECK_WITHOUT_TENSORFLOW, "--lengths", "8", "--steps", "4",
+         "--steps-per-epoch", "2", "--preset", "tiny", "--train-settings", MINIATURE,
+         "--run-folder", str(tmp_path / "run"), "--out", str(out)],
+        cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    report = json.loads((out / "results.json").read_text())
+    assert report["passed"] and report["backend"] == "jax"
+    assert {row["length"] for row in report["attention"]["rows"]} == {8}
+    assert [row["step"] for row in report["train"]["curve"]] == [2, 4]
+    assert report["train"]["summary"]["completed_steps"] == 4
+    assert report["decode"]["same_sequences"] == report["decode"]["sentences"] == 16
+    assert "## decode: cached = uncached greedy tokens for 16/16" in (out / "results.md").read_text()
+
+
+@pytest.mark.backend_independent
+def test_the_gpu_check_refuses_settings_it_cannot_check(capsys):
+    from benchmarks import gpu_check
+
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--checks", "train", "--steps", "25"])
+    assert "at least twice --steps-per-epoch" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="'batch_size' is not a TrainConfig field"):
+        gpu_check.main(["--checks", "train", "--train-settings", "batch_size=64"])
+
+
+@pytest.mark.backend_independent
+def test_a_recipe_ablation_scores_each_variant_prunes_it_and_skips_it_when_run_again(tmp_path, capsys):
+    out = tmp_path / "recipe"
+    base = ["--out", str(out), "--prune", "--base", f"preset=tiny,epochs=1,steps_per_epoch=2,{MINIATURE}"]
+    preset_ablation.main(base + ["--variant", "d01:dropout=0.1", "--variant", "d03:dropout=0.3"])
+
+    rows = {row["variant"]: row for row in json.loads((out / "ablation.json").read_text())}
+    assert list(rows) == ["d01", "d03"]
+    assert rows["d03"]["settings"]["dropout"] == 0.3 and rows["d03"]["settings"]["d_model"] == 16
+    for row in rows.values():
+        assert row["steps"] == 2
+        assert row["test"]["sentences"] > 0 and 0.0 <= row["test"]["bleu"] <= 100.0
+        assert row["heldout"]["sentences"] > 0
+    for name in rows:
+        kept = set(os.listdir(out / name))
+        assert {"summary.json", "log.csv", "config.json"} <= kept
+        assert not kept & {"model.keras", "backup"}, kept
+    table = (out / "ablation.md").read_text()
+    assert "| d01 |" in table and "| d03 |" in table
+
+    # The next call of a GPU session: the scored variants are neither trained
+    # nor scored again (their models are gone), the new one joins the table.
+    summary_written = os.path.getmtime(out / "d01" / "summary.json")
+    capsys.readouterr()
+    preset_ablation.main(base + ["--variant", "d01:dropout=0.1", "--variant", "w1:warmup_steps=1"])
+    assert "d01: scored already" in capsys.readouterr().out
+    assert os.path.getmtime(out / "d01" / "summary.json") == summary_written
+    rows = {row["variant"]: row for row in json.loads((out / "ablation.json").read_text())}
+    assert list(rows) == ["d01", "d03", "w1"] and rows["w1"]["settings"]["warmup_steps"] == 1
+
+    with pytest.raises(SystemExit, match="scored it with other settings"):
+        preset_ablation.main(base + ["--variant", "d01:dropout=0.2"])
