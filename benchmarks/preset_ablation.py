@@ -6,7 +6,8 @@
 Each variant is a `TrainConfig` (the defaults, then `--base`, then the
 variant's own `field=value` settings) trained in its own folder under
 `--out`, then scored on the test and held-out splits with the package's
-defaults (greedy, 3-gram guard; sacrebleu with the corpus' references).
+defaults (beam 4 and the 3-gram guard since 2026-11-24, greedy before;
+sacrebleu with the corpus' references).
 A variant whose folder holds a finished run is not trained again, and one
 that `ablation.json` scored already (with the same settings) is skipped, so
 the same command resumes after an interruption or a device's time limit,
@@ -89,7 +90,7 @@ def run_variant(name, settings, out, log=print):
     row = dict(variant=name, settings=settings, wall_minutes=round(summary["wall_seconds"] / 60, 1),
                tokens_per_second=round(summary["tokens_per_second"]), steps=summary["completed_steps"],
                dev_loss=round(summary["dev_loss"], 3), dev_bleu=round(summary.get("dev_bleu", float("nan")), 2),
-               kept=summary.get("kept"))
+               kept=summary.get("kept"), beam=translator.beam_width)
     for split in SPLITS:
         if not splits[split]:
             continue
@@ -114,15 +115,16 @@ def prune(output):
 
 def markdown(rows):
     """The rows as a markdown table."""
-    lines = ["| variant | settings | wall min | tokens/s | steps | dev loss | best dev BLEU | kept | "
-             "test BLEU | test chrF | test loops | held-out BLEU | held-out chrF |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| variant | settings | wall min | tokens/s | steps | dev loss | best dev BLEU (greedy) | kept | "
+             "beam | test BLEU | test chrF | test loops | held-out BLEU | held-out chrF |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         test, heldout = r.get("test", {}), r.get("heldout", {})
         settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or "defaults"
         lines.append(
             f"| {r['variant']} | {settings} | {r['wall_minutes']} | {r['tokens_per_second']:,} | {r['steps']} | "
-            f"{r['dev_loss']} | {r['dev_bleu']} | {r['kept']} | {test.get('bleu', '')} | {test.get('chrf', '')} | "
+            f"{r['dev_loss']} | {r['dev_bleu']} | {r['kept']} | {r.get('beam', 1)} | {test.get('bleu', '')} | "
+            f"{test.get('chrf', '')} | "
             f"{test.get('loop_rate', 0):.1%} | {heldout.get('bleu', '')} | {heldout.get('chrf', '')} |"
         )
     return "\n".join(lines) + "\n"

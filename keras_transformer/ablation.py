@@ -278,7 +278,7 @@ def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, ver
         from keras_transformer.translator import Translator
 
         result = evaluate_pairs(
-            Translator(model, data.tokenizer), data.dev_pairs[:bleu_sentences], verbose=0
+            Translator(model, data.tokenizer, beam_width=1), data.dev_pairs[:bleu_sentences], verbose=0
         )
         row["bleu"] = result["bleu"]
     return row, model

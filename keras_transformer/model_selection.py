@@ -88,7 +88,7 @@ class DevBleu(keras.callbacks.Callback):
         from keras_transformer.translator import Translator
 
         if self._translator is None:
-            self._translator = Translator(self.model, self.tokenizer, jit_compile=self.jit_compile)
+            self._translator = Translator(self.model, self.tokenizer, beam_width=1, jit_compile=self.jit_compile)
         return evaluate_pairs(self._translator, self.pairs, verbose=verbose)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -35,8 +35,10 @@ VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
 # The choices of `train --preset`; `keras_transformer.train_config.PRESETS`
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
-# Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE (a test checks they agree).
+# Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE and DEFAULT_BEAM_WIDTH (a test
+# checks they agree).
 NO_REPEAT_NGRAM = 3
+BEAM_WIDTH = 4
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text
@@ -235,7 +237,8 @@ def build_parser():
 
     translate = verb("translate", commands.translate, "translate text with a trained run (arguments, or stdin one line each)")
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
-    translate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    translate.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
+                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                            help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
@@ -244,7 +247,8 @@ def build_parser():
     evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
     evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
                           help="heldout: whole books never trained on (the embedded Bible corpus only)")
-    evaluate.add_argument("--beam", type=_positive_int, default=1, help="beam width; 1 is greedy")
+    evaluate.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
+                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")

@@ -70,11 +70,14 @@ def test_the_parsers_defaults_are_the_configs():
     assert set(cli.PRESET_NAMES) == set(PRESETS)
 
 
-def test_the_loop_guards_default_is_the_translators():
+def test_the_decoding_defaults_are_the_translators():
+    from keras_transformer.translator import DEFAULT_BEAM_WIDTH
     from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 
     for verb in (["translate", "--model", "m"], ["evaluate", "--model", "m"]):
-        assert cli.build_parser().parse_args(verb).no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE
+        arguments = cli.build_parser().parse_args(verb)
+        assert arguments.no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE
+        assert arguments.beam == DEFAULT_BEAM_WIDTH
 
 
 def test_ablate_help_names_the_settings_defaults():

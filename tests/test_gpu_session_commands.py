@@ -70,7 +70,7 @@ def test_a_recipe_ablation_scores_each_variant_prunes_it_and_skips_it_when_run_a
     assert list(rows) == ["d01", "d03"]
     assert rows["d03"]["settings"]["dropout"] == 0.3 and rows["d03"]["settings"]["d_model"] == 16
     for row in rows.values():
-        assert row["steps"] == 2
+        assert row["steps"] == 2 and row["beam"] == 4  # scored as `evaluate` scores by default
         assert row["test"]["sentences"] > 0 and 0.0 <= row["test"]["bleu"] <= 100.0
         assert row["heldout"]["sentences"] > 0
     for name in rows:

@@ -74,7 +74,7 @@ def test_cli_trains_on_aligned_gzipped_files_and_evaluates_on_the_runs_own_test_
     # No corpus flag: the run's own corpus and split, from its config.json.
     cli.main(["evaluate", "--model", str(run), "--split", "test", "--limit", "3"])
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("test ")]
-    assert table[0].split()[:3] == ["test", "1", str(min(3, len(splits["test"])))]
+    assert table[0].split()[:3] == ["test", "4", str(min(3, len(splits["test"])))]
     with pytest.raises(SystemExit) as exit_:
         cli.main(["evaluate", "--model", str(run), "--split", "heldout"])
     assert exit_.value.code == 2

@@ -98,5 +98,5 @@ def test_cli_translates_arguments_and_evaluates_a_split(run_dir, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 2  # one line each, even if empty
     main(["evaluate", "--model", str(run_dir), "--split", "heldout", "--limit", "3", "--corpus", FIXTURE])
     assert "BLEU" in capsys.readouterr().out
-    report = json.loads((run_dir / "evaluation-heldout-beam1-norepeat3.json").read_text())
+    report = json.loads((run_dir / "evaluation-heldout-beam4-norepeat3.json").read_text())
     assert report["sentences"] == 3 and len(report["translations"]) == 3 and report["bleu"] >= 0.0

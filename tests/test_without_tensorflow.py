@@ -86,7 +86,7 @@ def test_cli_trains_translates_and_evaluates_with_tensorflow_blocked(tmp_path):
     translations = stdout.split("TRANSLATIONS\n", 1)[1].split("EVALUATION\n", 1)[0].splitlines()
     assert len(translations) == 2  # one line each, even if empty
     assert "BLEU" in stdout.split("EVALUATION\n", 1)[1]
-    report = json.loads((output / "evaluation-heldout-beam1-norepeat3.json").read_text())
+    report = json.loads((output / "evaluation-heldout-beam4-norepeat3.json").read_text())
     assert report["sentences"] == 3 and len(report["translations"]) == 3
     # Export needs TensorFlow: one line saying so, no traceback.
     assert "EXPORT EXIT 2" in stdout and not (output / "exported").exists()
