@@ -4,6 +4,7 @@
 import pytest
 
 from keras_transformer.evaluation import score_translations
+from keras_transformer.translator import DEFAULT_BEAM_WIDTH
 from keras_transformer.translator import Translator
 
 from conftest import FIXTURE_CORPUS as FIXTURE
@@ -46,11 +47,14 @@ def test_invalid_utf8_bytes_are_replaced_not_fatal(translator):
     assert outputs[1] == translator(SENTENCES[0])
 
 
-def test_beam_width_one_translates_like_greedy(run_dir, translator):
-    beam = Translator.from_directory(str(run_dir), beam_width=1, max_new_tokens=6)
-    assert beam(SENTENCES) == translator(SENTENCES)
-    wide = Translator.from_directory(str(run_dir), beam_width=3, max_new_tokens=6)
-    assert all(isinstance(text, str) for text in wide(SENTENCES))
+def test_the_default_decodes_with_a_beam_of_four(run_dir, translator):
+    # (beam_search with width 1 equals greedy_search: tests/test_decoding.py)
+    assert translator.beam_width == DEFAULT_BEAM_WIDTH == 4
+    explicit = Translator.from_directory(str(run_dir), beam_width=4, max_new_tokens=6)
+    assert explicit(SENTENCES) == translator(SENTENCES)
+    for width in (1, 3):
+        other = Translator.from_directory(str(run_dir), beam_width=width, max_new_tokens=6)
+        assert all(isinstance(text, str) for text in other(SENTENCES))
 
 
 def test_compiled_decoding_with_bucketed_sources_translates_the_same(run_dir, translator):
