@@ -248,7 +248,7 @@ def build_parser():
     evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
                           help="heldout: whole books never trained on (the embedded Bible corpus only)")
     evaluate.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
-                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
+                          help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
