@@ -123,13 +123,21 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
 class _EpochTensorBoard(keras.callbacks.TensorBoard):
     """TensorBoard logs once a virtual epoch; async-safe like `run_folder.EpochBackup`.
 
-    With `update_freq="epoch"` its batch-end hook writes nothing per batch
-    (no writer is open for it), and the train graph it writes after the
-    first batch exists only on TensorFlow, where Keras never runs
-    callbacks on a worker thread.
+    With `update_freq="epoch"` Keras' batch-end hook writes nothing per
+    batch but the train graph, after the first batch, which only a
+    `tf.function` has. To find that out it reads `self.model`, and on JAX
+    reading `Callback.model` writes the running step's state back into the
+    model's variables. On a worker thread that lands while the next steps
+    run: the variables then hold arrays those steps have donated, and the
+    step after fails ("Array has been deleted", issue 31). So the hook runs
+    only on TensorFlow, where Keras never uses worker threads.
     """
 
     async_safe = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if keras.backend.backend() == "tensorflow":
+            super().on_train_batch_end(batch, logs)
 
 
 def _non_finite_loss_error(stop, config):

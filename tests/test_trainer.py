@@ -176,6 +176,50 @@ def test_the_host_queues_the_next_step_without_waiting_for_the_callbacks(uninter
     assert not any(on_main_thread)
 
 
+@pytest.fixture
+def model_reads_off_the_main_thread(monkeypatch):
+    """The callbacks (class names) that read `Callback.model` off the main thread while the test runs.
+
+    On JAX that read writes the running step's state back into the model
+    (`jax_state_sync`) while the next steps consume it; on torch it reads
+    weights the next step is updating in place. Either way it is a race,
+    and whether a short run loses it depends on timing, so the read itself
+    is what a test can catch every time.
+    """
+    reads = []
+    read_model = keras.callbacks.Callback.model.fget
+
+    def model(callback):
+        if threading.current_thread() is not threading.main_thread():
+            reads.append(type(callback).__name__)
+        return read_model(callback)
+
+    monkeypatch.setattr(keras.callbacks.Callback, "model", property(model))
+    return reads
+
+
+def test_the_cli_trains_resumes_and_translates_with_tensorboard_and_no_callback_reads_the_model_mid_step(
+    tmp_path, capsys, model_reads_off_the_main_thread
+):
+    # Issue 31: on JAX, TensorBoard's first batch end read the model on a
+    # worker thread; with the README's defaults the run died at its third step.
+    import keras_transformer_cli as cli
+
+    output = tmp_path / "run"
+    flags = [*TINY_FLAGS, "--steps-per-epoch", "3", "--dev-bleu-sentences", "4", "--output", str(output)]
+    cli.main(["train", *flags, "--epochs", "2"])
+    assert json.loads((output / "summary.json").read_text())["trained_steps_this_run"] == 6
+    cli.main(["train", *flags, "--epochs", "3"])  # a finished run continues from its last backup
+    assert json.loads((output / "summary.json").read_text())["trained_steps_this_run"] == 3
+    assert run_folder.read_progress(str(output))["epochs_done"] == 3
+    events = [name for name in (output / "logs" / "train").iterdir() if name.name.startswith("events.out")]
+    assert len(events) == 2, "each of the two runs writes its TensorBoard log"
+    capsys.readouterr()
+    cli.main(["translate", "--model", str(output), "Y dijo Dios: Sea la luz."])
+    assert capsys.readouterr().out.strip()
+    assert model_reads_off_the_main_thread == []
+
+
 def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_run):
     output, message = nan_stopped_run
     assert "loss became nan at step 8" in message
