@@ -11,11 +11,15 @@ and queues step n+1 only once step n is done, and a GPU idles meanwhile.
 On the trainer's own model and batches (`trainer.build_translator`,
 `train_input.train_data`: the embedded corpus, its vocabulary, the
 pipeline the trainer picks), compiled once, this times `fit` epochs of
-`--steps` steps in three ways, repeats interleaved:
+`--steps` steps in four ways, repeats interleaved:
 
 - `async`: the trainer's per-step check (`_StopOnNonFiniteLoss`, async-safe
   since d36b8fb): Keras converts and checks each loss on a worker thread.
-- `sync`: the same, plus one callback whose batch-end hook is not
+- `tensorboard`: the same, plus the trainer's TensorBoard callback (where
+  TensorFlow imports), async-safe too. Its batch-end hook read the model on
+  Keras' worker thread until issue 31 was fixed, and on JAX that crashed
+  `fit` at the third step ("Array has been deleted").
+- `sync`: the same as `async`, plus one callback whose batch-end hook is not
   async-safe: Keras then does the batch-end work on the main thread after
   every step. This is what the trainer did before d36b8fb, when its NaN
   check, `BackupAndRestore` and `TensorBoard` each had such a hook.
@@ -44,7 +48,7 @@ import time
 
 import keras
 
-VARIANTS = ("async", "sync", "bare")
+VARIANTS = ("async", "tensorboard", "sync", "bare")
 
 
 def parse_args(argv=None):
@@ -151,6 +155,7 @@ def _measure(args, output, log):
     from keras_transformer import train_input
     from keras_transformer import trainer
     from keras_transformer import training_speed
+    from keras_transformer.train_config import tensorflow_imports
 
     config = _config(args, output)
     keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}" if config.mixed_precision else "float32")
@@ -164,11 +169,18 @@ def _measure(args, output, log):
     flops = model_flops.mean_training_flops(data.batch_shapes, config.num_layers, config.num_layers, config.d_model,
                                             config.ff_dim, config.vocabulary_size)
 
+    variants = list(args.variants)
+    if "tensorboard" in variants and not tensorflow_imports():
+        log("the tensorboard variant needs TensorFlow, which does not import here: left out")
+        variants.remove("tensorboard")
+
     def fit(variant):
         speed, threads = training_speed.TrainingSpeed(args.steps), BatchEndThread()
         callbacks = [speed]
         if variant != "bare":
             callbacks += [trainer._StopOnNonFiniteLoss(args.steps), threads]
+        if variant == "tensorboard":
+            callbacks.append(trainer._EpochTensorBoard(os.path.join(output, "logs")))
         if variant == "sync":
             callbacks.append(_WaitsForEachStep())
         model.fit(data.train, epochs=1, steps_per_epoch=args.steps, callbacks=callbacks, verbose=0, shuffle=False)
@@ -176,20 +188,20 @@ def _measure(args, output, log):
         return speed.epoch_seconds[-1] / args.steps, (all(on_main) if on_main else None)
 
     start = time.perf_counter()
-    for variant in args.variants:  # compiles the shapes of the first `steps` batches, which every fit starts with
+    for variant in variants:  # compiles the shapes of the first `steps` batches, which every fit starts with
         fit(variant)
     log(f"warm-up (compiling) {time.perf_counter() - start:.1f} s")
-    seconds = {variant: [] for variant in args.variants}
+    seconds = {variant: [] for variant in variants}
     on_main_thread = {}
     pipeline = []
     for repeat in range(args.repeats):
         pipeline.append(_time_pipeline(data.train, args.steps))
-        order = args.variants[repeat % len(args.variants):] + args.variants[:repeat % len(args.variants)]
+        order = variants[repeat % len(variants):] + variants[:repeat % len(variants)]
         for variant in order:
             step, on_main_thread[variant] = fit(variant)
             seconds[variant].append(step)
         log(f"repeat {repeat + 1}/{args.repeats}: pipeline {pipeline[-1] * 1e3:.2f} ms/batch, "
-            + ", ".join(f"{variant} {seconds[variant][-1] * 1e3:.2f} ms/step" for variant in args.variants))
+            + ", ".join(f"{variant} {seconds[variant][-1] * 1e3:.2f} ms/step" for variant in variants))
     median = {variant: statistics.median(values) for variant, values in seconds.items()}
     device = describe_device()
     peak = model_flops.peak_flops(device["accelerator"]) if device["accelerator"] else None
@@ -209,6 +221,8 @@ def _measure(args, output, log):
         model_flops_per_step=flops,
         mfu={variant: model_flops.model_flops_utilization(flops, value, peak) for variant, value in median.items()},
         sync_over_async=(median["sync"] / median["async"]) if {"sync", "async"} <= set(median) else None,
+        tensorboard_over_async=(median["tensorboard"] / median["async"]) if {"tensorboard", "async"} <= set(median)
+        else None,
     )
 
 
@@ -250,6 +264,9 @@ def markdown_table(report):
     if report["sync_over_async"] is not None:
         rows.append(f"Waiting for each step (sync) costs {report['sync_over_async']:.2f}x the asynchronous step: "
                     f"{(median['sync'] - median['async']) * 1e3:.2f} ms a step.")
+    if report.get("tensorboard_over_async") is not None:
+        rows.append(f"The trainer's TensorBoard callback costs {report['tensorboard_over_async']:.2f}x the "
+                    "asynchronous step.")
     return "\n".join(rows) + "\n"
 
 

@@ -456,10 +456,16 @@ def test_host_overhead_runs_each_variant_where_it_says(tmp_path):
     # Keras runs batch ends on worker threads only where it is thread-safe
     # (not TensorFlow), and only if no callback's batch-end hook is unsafe.
     threaded = keras.backend.backend() != "tensorflow"
-    assert report["batch_ends_on_main_thread"] == {"async": not threaded, "sync": True, "bare": None}
+    assert report["batch_ends_on_main_thread"] == {
+        "async": not threaded, "tensorboard": not threaded, "sync": True, "bare": None
+    }
     assert all(len(values) == 1 and values[0] > 0 for values in report["seconds_per_step"].values())
     assert report["sync_over_async"] == report["median_seconds_per_step"]["sync"] / report["median_seconds_per_step"]["async"]
     table = (tmp_path / "results.md").read_text()
     assert "| `async` | " + ("worker threads" if threaded else "main thread") in table
+    assert "| `tensorboard` | " + ("worker threads" if threaded else "main thread") in table
+    assert report["tensorboard_over_async"] == (
+        report["median_seconds_per_step"]["tensorboard"] / report["median_seconds_per_step"]["async"]
+    )
     assert json.loads((tmp_path / "results.json").read_text())["meta"]["input_pipeline"] == "python"
     assert doctest.testmod(host_overhead).failed == 0
