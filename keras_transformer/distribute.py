@@ -5,16 +5,197 @@ with Keras' and TensorFlow's own engines: `keras.distribution.DataParallel`
 or `ModelParallel` (the layout of `model_parallel_layout_map`) on JAX,
 `tf.distribute.MirroredStrategy` on TensorFlow. Batches stay global
 batches, split across the devices (`for_devices`).
+
+Several processes (JAX: one per host, or several on one machine) join one
+job through `join_processes`, from the `KERAS_DISTRIBUTION_*` variables,
+before anything else touches JAX.
 """
 
 import contextlib
 import dataclasses
 import os
+import re
 
 import keras
 import numpy as np
 
 from keras_transformer.errors import UserInputError
+
+NUM_PROCESSES_VARIABLE = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+PROCESS_ID_VARIABLE = "KERAS_DISTRIBUTION_PROCESS_ID"
+JOB_ADDRESSES_VARIABLE = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+# Seconds without a heartbeat before the job's coordinator declares a
+# process lost and stops the others (JAX's default: 100).
+HEARTBEAT_VARIABLE = "KERAS_TRANSFORMER_HEARTBEAT_SECONDS"
+
+
+def join_processes():
+    """Joins the multi-process JAX job that the `KERAS_DISTRIBUTION_*` variables describe.
+
+    `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the coordinator's `host:port`, or
+    every process's, coordinator first), `KERAS_DISTRIBUTION_NUM_PROCESSES`
+    and `KERAS_DISTRIBUTION_PROCESS_ID`, as `keras.distribution.initialize`
+    reads them. JAX accepts this only before its first computation, device
+    query or array, so the command line calls it first thing, and
+    `train_translator` before it resolves its config. On a CPU the
+    processes' collectives run over gloo. A process that stops sending
+    heartbeats for `KERAS_TRANSFORMER_HEARTBEAT_SECONDS` (default 100) is
+    declared lost, and the job's other processes stop with an error naming
+    it instead of waiting for it forever.
+
+    Does nothing with one process, or when the job is joined already.
+    Several processes on another backend are refused, and so is a
+    `TF_CONFIG` naming several workers on TensorFlow: Keras 3's `fit`
+    fails under `MultiWorkerMirroredStrategy`.
+
+    Returns:
+        `(process_id, num_processes)`: `(0, 1)` when there is no job.
+
+    Raises:
+        UserInputError: the variables are malformed, name a job that
+            this backend cannot run, or JAX was used before the job was
+            joined.
+
+    Example:
+
+    >>> join_processes()  # no KERAS_DISTRIBUTION_NUM_PROCESSES: one process
+    (0, 1)
+    """
+    try:
+        num_processes = int(os.environ.get(NUM_PROCESSES_VARIABLE, "1"))
+        process_id = int(os.environ.get(PROCESS_ID_VARIABLE, "0"))
+        heartbeat = int(os.environ.get(HEARTBEAT_VARIABLE, "100"))
+    except ValueError as error:
+        raise UserInputError(f"{NUM_PROCESSES_VARIABLE}, {PROCESS_ID_VARIABLE} and {HEARTBEAT_VARIABLE} "
+                             f"must be integers: {error}.") from None
+    if keras.backend.backend() == "tensorflow":
+        _refuse_tensorflow_workers()
+    if num_processes > 1 and keras.backend.backend() != "jax":
+        raise UserInputError(
+            f"{NUM_PROCESSES_VARIABLE}={num_processes} asks for a job of several processes, which runs on JAX's "
+            f"multi-process runtime only: set KERAS_BACKEND=jax (the backend is {keras.backend.backend()})."
+        )
+    if num_processes <= 1:
+        return 0, 1
+    import jax
+
+    if jax.distributed.is_initialized():
+        return jax.process_index(), jax.process_count()
+    addresses = [a for a in os.environ.get(JOB_ADDRESSES_VARIABLE, "").split(",") if a]
+    if not addresses or not 0 <= process_id < num_processes:
+        raise UserInputError(
+            f"{NUM_PROCESSES_VARIABLE}={num_processes} needs {JOB_ADDRESSES_VARIABLE} (the coordinator's "
+            f"host:port) and {PROCESS_ID_VARIABLE} between 0 and {num_processes - 1} "
+            f"(got {addresses or 'no address'} and {process_id})."
+        )
+    # Only CPU collectives are chosen here; on GPUs JAX uses NCCL whatever this says.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address=addresses[0], num_processes=num_processes, process_id=process_id,
+            heartbeat_timeout_seconds=heartbeat,
+        )
+    except RuntimeError as error:
+        if "must be called before" not in str(error):
+            raise
+        raise UserInputError(
+            f"{NUM_PROCESSES_VARIABLE}={num_processes} asks for a job of several processes, but JAX "
+            "was used in this process before it could join one. Call "
+            "keras_transformer.distribute.join_processes() (or keras.distribution.initialize()) "
+            "first thing, before any Keras or JAX computation."
+        ) from None
+    return jax.process_index(), jax.process_count()
+
+
+def _refuse_tensorflow_workers():
+    """TensorFlow's multi-worker training, which `TF_CONFIG` asks for, is refused with the reason."""
+    import json
+
+    try:
+        workers = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])
+    except (ValueError, AttributeError):
+        raise UserInputError(f"TF_CONFIG is not the JSON TensorFlow expects: {os.environ['TF_CONFIG']!r}.") from None
+    if len(workers) > 1:
+        raise UserInputError(
+            f"TF_CONFIG names {len(workers)} workers, but TensorFlow's multi-worker training "
+            "(MultiWorkerMirroredStrategy) is not supported: with Keras 3's fit both workers fail in their first "
+            "step (keras-team/keras#20585). Train on several hosts with KERAS_BACKEND=jax and the "
+            f"{NUM_PROCESSES_VARIABLE}, {PROCESS_ID_VARIABLE} and {JOB_ADDRESSES_VARIABLE} variables "
+            "(README, \"Scaling out\"), and unset TF_CONFIG."
+        )
+
+
+def agreed_epochs(epochs, placement):
+    """The virtual epochs that every process of the job has backed up: the fewest of theirs.
+
+    A process killed between its own backup of an epoch and another's is
+    an epoch behind; the job resumes from the epoch they all have.
+
+    Args:
+        epochs: int, the virtual epochs this process has backed up.
+        placement: the run's `Placement`.
+
+    Returns:
+        int, the smallest of the processes' `epochs` (with one process, `epochs`).
+
+    Example:
+
+    >>> agreed_epochs(3, Placement())  # one process
+    3
+    """
+    if placement.num_processes < 2:
+        return epochs
+    from jax.experimental import multihost_utils
+
+    return int(np.min(multihost_utils.process_allgather(np.int32(epochs))))
+
+
+class LostProcessError(UserInputError):
+    """A process of a multi-process job stopped answering while this one trained.
+
+    The command line prints it and exits at once, as it does any error in
+    such a job: JAX's own shutdown would wait at a barrier for the others.
+    """
+
+
+def lost_process_error(error, placement, epochs_done):
+    """The `LostProcessError` for a failed collective in a job of several processes, else None.
+
+    Args:
+        error: the exception `fit` raised.
+        placement: the run's `Placement`.
+        epochs_done: int, the virtual epochs this process has backed up.
+
+    Returns:
+        A `LostProcessError` naming the lost process (by its index when the
+        job has two, else by the address the collective lost), or None
+        when `error` is not a lost peer.
+
+    Example:
+
+    >>> placement = Placement(devices=2, num_processes=2, process_id=0)
+    >>> error = ValueError("Gloo AllReduce failed: Connection closed by peer [127.0.0.1]:5000")
+    >>> "process 1" in str(lost_process_error(error, placement, 1))
+    True
+    """
+    text = str(error)
+    if placement.num_processes < 2 or not any(sign in text for sign in _LOST_PEER_SIGNS):
+        return None
+    address = re.search(r"peer (\[[^\]]*\]:\d+)", text)
+    lost = (f"process {1 - placement.process_id}" if placement.num_processes == 2
+            else f"the process at {address.group(1)}" if address else "another process")
+    resume = (f"the backup of virtual epoch {epochs_done}" if epochs_done else "the start (no virtual epoch had finished)")
+    return LostProcessError(
+        f"process {placement.process_id} of {placement.num_processes}: {lost} stopped answering during training "
+        f"({text.splitlines()[0][:200]}). Start the same command again for every process of the job to resume "
+        f"from {resume}."
+    )
+
+
+# What a collective says when a process at its other end is gone (gloo on CPUs, NCCL and the coordinator on GPUs).
+_LOST_PEER_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Connection refused", "heartbeat timeout",
+                    "Gloo AllGather failed", "Gloo AllReduce failed", "unhealthy", "NCCL")
+
 
 def model_parallel_layout_map(device_mesh):
     """How `distribute="model"` splits the Transformer's weights.
@@ -79,10 +260,7 @@ def place(config, log):
 def _place_on_jax(config, log):
     import jax
 
-    if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")) > 1 and not jax.distributed.is_initialized():
-        # Multi-host: the coordinator address, process count and id come from
-        # KERAS_DISTRIBUTION_* environment variables (see the README).
-        keras.distribution.initialize()
+    join_processes()
     devices = keras.distribution.list_devices()
     processes, process_id = jax.process_count(), jax.process_index()
     if len(devices) == 1:

@@ -13,6 +13,8 @@ A training run writes everything into one folder (`--output`):
 - `progress.json` (`PROGRESS_FILE`): finished virtual epochs and dropout's random state.
 - `summary.json` (`SUMMARY_FILE`): the final figures.
 - `backup/` (`BACKUP_FOLDER`): the last two backups, for resuming.
+- `process.json` (`PROCESS_FILE`): in a job of several processes, which
+  process writes this folder; each process needs its own.
 """
 
 import dataclasses
@@ -32,6 +34,7 @@ MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabular
 _BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 TENSORBOARD_FOLDER = "logs"
 SELECTION_FILE, CHECKPOINT_FOLDER, LEARNING_CURVE_FILE = "model_selection.json", "checkpoints", "learning_curve.png"
+PROCESS_FILE = "process.json"
 # Disk use: float32 weights and Adam's two moments (3 x 4 bytes a parameter)
 # in model.keras and in each of the two backups, plus logs and vocabulary.
 _BYTES_PER_PARAMETER = 3 * 4 * 3
@@ -50,12 +53,19 @@ def write_json(path, value):
     os.replace(temporary, path)  # atomic: a kill never leaves half a file
 
 
-def prepare_output(config, overwrite=False):
+def prepare_output(config, overwrite=False, process_id=0, num_processes=1):
     """Checks the output folder before any work, and says whether to resume.
 
     With `overwrite`, the previous run's progress, summary, backups and
     `log.csv` are removed (its `model.keras` stays until the new run
-    replaces it).
+    replaces it). In a job of several processes, the first to prepare the
+    folder claims it (`process.json`), and any other process is refused it.
+
+    Args:
+        config: the run's `TrainConfig`.
+        overwrite: start again even if the folder holds this run.
+        process_id: int, this process's index in its job.
+        num_processes: int, the processes in the job.
 
     Returns:
         The number of virtual epochs already done (0 for a new run), as
@@ -74,6 +84,8 @@ def prepare_output(config, overwrite=False):
         os.remove(probe)
     except OSError as error:
         raise UserInputError(f"--output {config.output!r} is not writable: {error.strerror}.")
+    if num_processes > 1:
+        _claim_for_process(config.output, process_id, num_processes)
     config_path = os.path.join(config.output, CONFIG_FILE)
     if overwrite or not os.path.exists(config_path):
         for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE, SELECTION_FILE, LEARNING_CURVE_FILE):
@@ -106,6 +118,35 @@ def prepare_output(config, overwrite=False):
         )
     write_json(config_path, current)
     return read_progress(config.output).get("epochs_done", 0)
+
+
+def _claim_for_process(output, process_id, num_processes):
+    """Makes `output` this process's folder, or refuses one that another process of the job writes."""
+    path = os.path.join(output, PROCESS_FILE)
+    claim = {"process_id": process_id, "num_processes": num_processes}
+    temporary = f"{path}.{process_id}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(claim, f)
+    try:
+        # A hard link is created whole or not at all, and never over an existing
+        # file: of two processes starting on one folder at once, one gets it.
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.remove(temporary)
+    try:
+        owner = read_json(path)
+    except (OSError, ValueError):
+        owner = None
+    if owner != claim:
+        raise UserInputError(
+            f"--output {output!r} is written by "
+            + (f"process {owner['process_id']} of a job of {owner['num_processes']}"
+               if isinstance(owner, dict) and {"process_id", "num_processes"} <= set(owner) else "another process")
+            + f"; this is process {process_id} of {num_processes}. Give each process of the job its own "
+            "--output (on several hosts, a folder on each host's own disk)."
+        )
 
 
 def read_progress(output):
@@ -267,7 +308,7 @@ def _check_backup(model, weights, metadata, steps_per_epoch):
     return epochs, None
 
 
-def restore_point(model, output, steps_per_epoch, recorded_epochs, log):
+def restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most=None):
     """Checks the backups before training; returns the virtual epochs to resume after.
 
     `keras.callbacks.BackupAndRestore` would restore the newest backup and,
@@ -277,6 +318,10 @@ def restore_point(model, output, steps_per_epoch, recorded_epochs, log):
     backup is replaced by the previous one (said in the log); if neither is
     intact, or `progress.json` records finished epochs but no backup exists,
     training does not start.
+
+    `at_most` is for a job of several processes: one killed while the
+    others wrote their backups of an epoch is an epoch behind them, so they
+    resume from their previous backup, of that epoch.
     """
     folder = os.path.join(output, BACKUP_FOLDER)
     latest = (os.path.join(folder, _BACKUP_WEIGHTS), os.path.join(folder, _BACKUP_METADATA))
@@ -292,8 +337,10 @@ def restore_point(model, output, steps_per_epoch, recorded_epochs, log):
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     epochs, reason = _check_backup(model, *latest, steps_per_epoch)
-    if reason is None:
+    if reason is None and (at_most is None or epochs <= at_most):
         return epochs
+    if reason is None:
+        reason = f"the newest backup is of virtual epoch {epochs}, and another process of the job resumes after {at_most}"
     # Keras picks the weights format by file extension, so the previous
     # backup is checked under a .weights.h5 name, then moved where
     # BackupAndRestore reads.
@@ -303,6 +350,8 @@ def restore_point(model, output, steps_per_epoch, recorded_epochs, log):
         if os.path.isfile(previous[0]):
             shutil.copyfile(previous[0], candidate)
             epochs, previous_reason = _check_backup(model, candidate, previous[1], steps_per_epoch)
+            if previous_reason is None and at_most is not None and epochs != at_most:
+                previous_reason = f"the previous backup is of virtual epoch {epochs}, not {at_most}"
         if previous_reason is not None:
             raise UserInputError(
                 f"no intact backup to resume from: {reason}; {previous_reason.replace(candidate, previous[0])}. "

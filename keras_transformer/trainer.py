@@ -274,6 +274,7 @@ def train_translator(
             finite.
     """
     start = time.time()
+    process_id, num_processes = distribute.join_processes()  # before anything touches JAX (resolved() does)
     if sample_sentences is not None:
         config = dataclasses.replace(config, dev_bleu_sentences=sample_sentences)
     config = config.resolved()
@@ -281,7 +282,7 @@ def train_translator(
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.
     corpus_data = train_input.read_corpus(config)
-    recorded_epochs = run_folder.prepare_output(config, overwrite=overwrite)
+    recorded_epochs = run_folder.prepare_output(config, overwrite, process_id, num_processes)
     # Set either way and restored after: a policy left by an earlier run in
     # the process (or reset by keras.backend.clear_session()) must not decide this one's.
     previous_policy = keras.config.dtype_policy()
@@ -308,6 +309,11 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         model = build_translator(**config.model_arguments())
         run_folder.check_free_space(output, model.count_params(), config.average_last if config.average_last > 1 else 0)
         epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
+        job_epochs = distribute.agreed_epochs(epochs_done, placement)
+        if job_epochs < epochs_done:  # killed between this process's backup and another's
+            epochs_done = run_folder.restore_point(
+                model, output, config.steps_per_epoch, recorded_epochs, log, at_most=job_epochs
+            )
     random_states = run_folder.read_progress(output).get("random_states")
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
@@ -375,6 +381,11 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         )
     except _NonFiniteLoss as stop:
         raise _non_finite_loss_error(stop_on_non_finite.first_failure() or stop, config) from None
+    except Exception as error:
+        lost = distribute.lost_process_error(error, placement, run_folder.read_progress(output).get("epochs_done", 0))
+        if lost is None:
+            raise
+        raise lost from error
     fit_seconds = time.time() - fit_start
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
     sizes = config.model_arguments()

@@ -199,7 +199,9 @@ def _add_train_arguments(parser):
                         help="train on all visible devices: data = data parallel (JAX DataParallel, "
                              "TensorFlow MirroredStrategy), model = attention/feed-forward kernels split "
                              "across devices (JAX ModelParallel); the batch stays the global batch "
-                             "(default: one device)")
+                             "(default: one device). Several hosts (JAX): the same command on each, with "
+                             "KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and _PROCESS_ID set "
+                             "(README, \"Scaling out\")")
     parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
 
 
@@ -317,17 +319,28 @@ def _uses_tensorflow(args):
 
 def _start_keras(args, verbose):
     """Imports Keras, the package and TensorFlow where the verb uses it, and
-    starts their devices, quietly unless verbose."""
+    starts their devices, quietly unless verbose. `train` first joins the
+    job of several processes that `KERAS_DISTRIBUTION_*` may describe:
+    JAX refuses once a device has started."""
     with _quiet_native_logging(verbose):
         import keras
 
         import keras_transformer  # noqa: F401
 
+        if args.command == "train":
+            from keras_transformer import distribute
+
+            distribute.join_processes()
         keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)
         if _uses_tensorflow(args) or sys.modules.get("tensorflow") is not None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend
+
+
+def _in_a_job_of_several_processes():
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized()
 
 
 def _one_line_warning(message, category, filename, lineno, line=None):
@@ -355,14 +368,21 @@ def main(argv=None):
         warnings.formatwarning = _one_line_warning
         try:
             _start_keras(args, verbose)
-            from keras_transformer.errors import UserInputError
-
-            try:
-                args.handler(args, results)
-            except UserInputError as error:
-                parser.exit(2, f"{PROG}: error: {error}\n")
+            args.handler(args, results)
         except KeyboardInterrupt:
             parser.exit(130, f"{PROG}: interrupted; run the same command again to resume.\n")
+        except Exception as error:
+            # Imported by now: _start_keras imports the package first.
+            from keras_transformer.errors import UserInputError
+
+            if not isinstance(error, UserInputError):
+                raise
+            if _in_a_job_of_several_processes():  # JAX's shutdown would wait for the job's other processes
+                sys.stderr.write(f"{PROG}: error: {error}\n")
+                sys.stderr.flush()
+                sys.stdout.flush()
+                os._exit(2)
+            parser.exit(2, f"{PROG}: error: {error}\n")
         finally:
             warnings.formatwarning = format_warning
     return 0
