@@ -95,13 +95,16 @@ def score_translations(hypotheses, references):
     }
 
 
-def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
-    """Translates `pairs` in batches and scores them against their references.
+def evaluate_pairs(translator, pairs, verbose=1):
+    """Translates `pairs` and scores them against their references.
+
+    The translator gets every source at once: a `Translator` decodes them
+    in batches of similar lengths and reports each batch to the progress bar.
 
     Args:
-        translator: a `keras_transformer.translator.Translator`.
+        translator: a `keras_transformer.translator.Translator`, or any
+            callable from a list of strings to a list of strings.
         pairs: list of `TranslationPair` (`source`, `references`).
-        batch_size: sentences per decoding batch. Defaults to 64.
         verbose: 1 shows a progress bar, 0 is silent.
 
     Returns:
@@ -120,11 +123,14 @@ def evaluate_pairs(translator, pairs, batch_size=64, verbose=1):
     """
     import keras
 
+    from keras_transformer.translator import Translator
+
     progress = keras.utils.Progbar(len(pairs), unit_name="sentence", verbose=verbose)
-    translations = []
-    for start in range(0, len(pairs), batch_size):
-        batch = pairs[start : start + batch_size]
-        translations.extend(translator([pair.source for pair in batch]))
-        progress.add(len(batch))
+    sources = [pair.source for pair in pairs]
+    if isinstance(translator, Translator):
+        translations = translator(sources, progress=progress.add)
+    else:
+        translations = list(translator(sources))
+        progress.add(len(pairs))
     scores = score_translations(translations, [pair.references for pair in pairs])
     return {**scores, "sentences": len(pairs), "loop_rate": loop_rate(translations), "translations": translations}

@@ -9,6 +9,7 @@ JAX or torch machine without TensorFlow installed.
 import os
 import warnings
 
+import keras
 import numpy as np
 
 from keras_transformer.data.special_tokens import END_ID
@@ -19,9 +20,18 @@ from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
 
-# With `jit_compile`, sources are padded to a multiple of this many tokens,
-# so the compiled decoder is traced once per bucket, not once per length.
-SOURCE_BUCKET = 16
+# With a compiled loop, sources are padded to this many tokens, or to a
+# power of two above it (at most the model's max_length), so a stream of
+# batches compiles a few programs: each costs about 2 s (greedy) to 4.5 s
+# (beam 4) on the README's model on a 2-core CPU.
+SOURCE_BUCKET = 32
+# Sentences decoded together; the batches of a call are filled with
+# sentences of similar length. On the README's model on a 2-core CPU
+# (TensorFlow) it is benchmarks/README.md's "Decoding speed"; other sizes are not measured yet.
+DEFAULT_BATCH_SIZE = 64
+# A batch of fewer sentences is filled up to the next of these sizes (or
+# to `batch_size`), so that a stream of batches compiles a few programs.
+_SMALLEST_BATCH = 8
 # Warn when more than this fraction of a sentence's characters is unknown.
 UNKNOWN_WARNING_FRACTION = 0.5
 # The loop guard's default: no translation repeats a 3-gram. On the README's
@@ -59,12 +69,19 @@ class Translator:
         length_penalty: float, beam search's alpha. Defaults to 0.6.
         max_new_tokens: int, longest translation in tokens. Defaults to the
             model's `max_length - 1`.
-        jit_compile: compile decoding with XLA on TensorFlow (on JAX the
-            loop is always compiled; torch runs it eagerly): greedy and beam
-            search become one compiled program per batch size and source
-            bucket (sources are padded to a multiple of 16 tokens). Pays off
-            when translating many batches; the first batch of each shape
-            pays the compilation. Defaults to False.
+        jit_compile: compile decoding with XLA: greedy and beam search
+            become one compiled program per batch size and source bucket
+            (sources are padded to a multiple of 16 tokens, batches filled
+            up to 8, 16, 32, ... sentences). `"auto"` (the default)
+            compiles on TensorFlow and JAX and runs eagerly on torch, which
+            has no XLA. On the README's model on a 2-core CPU (TensorFlow)
+            compiling costs about 1.5 s more for one sentence and pays for
+            itself from about 8; False runs TensorFlow eagerly (on JAX the
+            loop is compiled whatever is asked).
+        batch_size: int, the most sentences decoded at once. A call with
+            more splits them into batches of similar lengths (sorted by
+            length; the translations come back in input order). Defaults
+            to 64.
         no_repeat_ngram_size: int; above 0, no translation repeats an
             n-gram of this many tokens, a guard against loops
             (`decoding.sampler.block_repeated_ngrams`); 0 turns it off.
@@ -93,7 +110,8 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=0.6, max_new_tokens=None,
-                 jit_compile=False, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE):
+                 jit_compile="auto", no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
+                 batch_size=DEFAULT_BATCH_SIZE):
         if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
             raise TypeError(f"beam_width must be an int >= 1, got beam_width={beam_width!r}.")
         if beam_width < 1:
@@ -108,6 +126,13 @@ class Translator:
         self.model = model
         self.tokenizer = tokenizer
         self._character_is_known = {}
+        if jit_compile == "auto":
+            jit_compile = keras.backend.backend() in ("tensorflow", "jax")
+        elif not isinstance(jit_compile, bool):
+            raise ValueError(f'jit_compile must be "auto", True or False, got jit_compile={jit_compile!r}.')
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got batch_size={batch_size!r}.")
+        self.batch_size = int(batch_size)
         self.decoder = CachedDecoder(model, jit_compile=jit_compile)
         for side, model_vocabulary in (
             ("source", self.decoder.source_vocabulary_size),
@@ -174,6 +199,11 @@ class Translator:
         return cls(model, tokenizer, **kwargs)
 
     def _source_tokens(self, texts):
+        """The sources of `texts` as one padded batch (bucketed when the loop compiles)."""
+        return self._padded_batch(self._token_ids(texts))
+
+    def _token_ids(self, texts):
+        """Each text's token ids, cut to `max_length` (with a warning saying how many were)."""
         ids = self.tokenizer.tokenize(texts)
         ids = [list(np.asarray(row).reshape(-1)) for row in ids]
         self._warn_about_unknown_characters(texts, ids)
@@ -183,14 +213,29 @@ class Translator:
                 f"{too_long} of {len(ids)} inputs are longer than max_length="
                 f"{self.max_length} tokens and were truncated.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        width = max(1, max(min(len(row), self.max_length) for row in ids))
+        return [row[: self.max_length] for row in ids]
+
+    def _padded_batch(self, ids, batch_rows=None):
+        """`ids` as int32 `(rows, width)`, padded with 0; compiled, in a few shapes only.
+
+        With a compiled loop the width is rounded up to `SOURCE_BUCKET`
+        or a power of two above it, and the rows up to `rows` (a call's
+        last, smaller batch is filled up to its others') or else to 8, 16,
+        32, ... (at most `batch_size`), by repeating the first row, whose
+        extra translations are dropped: a fully padded row would be a
+        fully masked one.
+        """
+        width = max(1, max(len(row) for row in ids))
+        rows = len(ids)
         if compiles_loop(self.decoder):
-            width = min(self.max_length, -(-width // SOURCE_BUCKET) * SOURCE_BUCKET)
-        batch = np.zeros((len(ids), width), "int32")
-        for i, row in enumerate(ids):
-            row = row[: self.max_length]
+            width = min(self.max_length, _next_bucket(width, SOURCE_BUCKET))
+            rows = min(_next_bucket(rows, _SMALLEST_BATCH), self.batch_size)
+            rows = max(len(ids), batch_rows or rows)
+        batch = np.zeros((rows, width), "int32")
+        for i in range(rows):
+            row = ids[i] if i < len(ids) else ids[0]
             batch[i, : len(row)] = row
         return batch
 
@@ -233,8 +278,16 @@ class Translator:
         texts = self.tokenizer.detokenize(rows) if rows else []
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
 
-    def __call__(self, texts):
+    def __call__(self, texts, progress=None):
         """Translates `texts` (a string, bytes or a list of them).
+
+        More than `batch_size` texts are decoded in batches of similar
+        lengths; the translations come back in input order.
+
+        Args:
+            texts: a string, bytes, or a list of them.
+            progress: callable, called with the number of sentences of each
+                batch once it is translated (e.g. a progress bar's `add`).
 
         Returns:
             A list of translations (a single string for a single input; an
@@ -259,17 +312,43 @@ class Translator:
         texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
         outputs = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
+        if progress is not None and len(todo) < len(texts):
+            progress(len(texts) - len(todo))
         if todo:
-            source = self._source_tokens([texts[i] for i in todo])
-            if self.beam_width == 1:
-                generated = greedy_search(
-                    self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size
-                )
-            else:
-                generated = beam_search(
-                    self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
-                    no_repeat_ngram_size=self.no_repeat_ngram_size,
-                )
-            for i, text in zip(todo, self._detokenize(generated)):
-                outputs[i] = text
+            ids = dict(zip(todo, self._token_ids([texts[i] for i in todo])))
+            # Similar lengths together: less padding, and batches that finish together.
+            todo.sort(key=lambda i: len(ids[i]))
+            # Several batches: each as many rows as the first, one shape fewer to compile.
+            rows = self.batch_size if len(todo) > self.batch_size else None
+            for start in range(0, len(todo), self.batch_size):
+                batch = todo[start : start + self.batch_size]
+                generated = self._decode(self._padded_batch([ids[i] for i in batch], rows))[: len(batch)]
+                for i, text in zip(batch, self._detokenize(generated)):
+                    outputs[i] = text
+                if progress is not None:
+                    progress(len(batch))
         return outputs[0] if single else outputs
+
+    def _decode(self, source):
+        if self.beam_width == 1:
+            return greedy_search(
+                self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size
+            )
+        return beam_search(
+            self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+        )
+
+
+def _next_bucket(size, smallest):
+    """`smallest`, or the first power-of-two multiple of it that holds `size`.
+
+    Example:
+
+    >>> [_next_bucket(size, 32) for size in (1, 32, 33, 65)]
+    [32, 32, 64, 128]
+    """
+    bucket = smallest
+    while bucket < size:
+        bucket *= 2
+    return bucket

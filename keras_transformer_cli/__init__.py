@@ -35,10 +35,11 @@ VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
 # The choices of `train --preset`; `keras_transformer.train_config.PRESETS`
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
-# Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE and DEFAULT_BEAM_WIDTH (a test
-# checks they agree).
+# Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_BEAM_WIDTH and
+# DEFAULT_BATCH_SIZE (a test checks they agree).
 NO_REPEAT_NGRAM = 3
 BEAM_WIDTH = 4
+BATCH_SIZE = 64
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text
@@ -243,6 +244,8 @@ def build_parser():
                            help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                            help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
+    translate.add_argument("--batch-size", type=_positive_int, default=BATCH_SIZE,
+                            help="sentences decoded at once, in batches of similar lengths (default: %(default)s)")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
 
     evaluate = verb("evaluate", commands.evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
@@ -253,6 +256,8 @@ def build_parser():
                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
+    evaluate.add_argument("--batch-size", type=_positive_int, default=BATCH_SIZE,
+                          help="sentences decoded at once, in batches of similar lengths (default: %(default)s)")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 

@@ -36,7 +36,8 @@ def _translator(args):
     from keras_transformer.translator import Translator
 
     try:
-        return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram)
+        return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
+                                         batch_size=args.batch_size)
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 

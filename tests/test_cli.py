@@ -71,6 +71,7 @@ def test_the_parsers_defaults_are_the_configs():
 
 
 def test_the_decoding_defaults_are_the_translators():
+    from keras_transformer.translator import DEFAULT_BATCH_SIZE
     from keras_transformer.translator import DEFAULT_BEAM_WIDTH
     from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 
@@ -78,6 +79,7 @@ def test_the_decoding_defaults_are_the_translators():
         arguments = cli.build_parser().parse_args(verb)
         assert arguments.no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE
         assert arguments.beam == DEFAULT_BEAM_WIDTH
+        assert arguments.batch_size == DEFAULT_BATCH_SIZE
 
 
 def test_ablate_help_names_the_settings_defaults():

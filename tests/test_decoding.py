@@ -160,6 +160,20 @@ def test_beam_search_gives_the_host_loops_tokens(model):
         )
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_beam_search_whose_caches_grow_gives_the_host_loops_tokens(model, jit_compile, monkeypatch):
+    # The loop starts with caches of 4 positions and lengthens them to 8, 16
+    # and 23; the host loop keeps caches of max_length from the start.
+    from keras_transformer.decoding import sampler
+
+    monkeypatch.setattr(sampler, "FIRST_CACHE_LENGTH", 4)
+    assert sampler.cache_phases(23) == (4, 8, 16, 23)
+    decoder = CachedDecoder(model, jit_compile=jit_compile)
+    found = beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=23)
+    assert found.shape[1] > 16, "the test needs a search that reaches the last cache length"
+    np.testing.assert_array_equal(found, _host_beam(decoder, SOURCE, 3, 0.6, 23))
+
+
 def test_beam_search_with_finished_hypotheses_gives_the_host_loops_tokens():
     keras.utils.set_random_seed(3)
     model = _end_likely(kt.models.transformer(40, 40, num_layers=1, d_model=16, num_heads=2, ff_dim=32,

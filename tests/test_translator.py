@@ -104,3 +104,49 @@ def test_cli_translates_arguments_and_evaluates_a_split(run_dir, capsys):
     assert "BLEU" in capsys.readouterr().out
     report = json.loads((run_dir / "evaluation-heldout-beam4-norepeat3.json").read_text())
     assert report["sentences"] == 3 and len(report["translations"]) == 3 and report["bleu"] >= 0.0
+
+
+MORE_SENTENCES = [
+    "Y dijo Dios: Sea la luz.",
+    "En el principio creó Dios los cielos y la tierra.",
+    "Y la tierra estaba desordenada y vacía, y las tinieblas estaban sobre la haz del abismo.",
+    "Luz.",
+    "Y vió Dios que la luz era buena.",
+]
+
+
+def test_a_call_of_several_batches_translates_each_sentence_as_alone_in_input_order(run_dir, translator):
+    batched = Translator.from_directory(str(run_dir), max_new_tokens=6, batch_size=2)
+    reported = []
+    outputs = batched(["", *MORE_SENTENCES], progress=reported.append)
+    assert outputs[0] == ""
+    assert outputs[1:] == [translator(text) for text in MORE_SENTENCES]
+    assert sum(reported) == len(MORE_SENTENCES) + 1 and len(reported) == 4  # the empty one, then 3 batches
+
+
+def test_compiled_batches_come_in_a_few_shapes(run_dir):
+    import keras
+
+    compiled = Translator.from_directory(str(run_dir), max_new_tokens=6, jit_compile=True, batch_size=16)
+    shapes = {compiled._padded_batch([[5] * length] * rows).shape
+              for length in range(1, compiled.max_length + 1, 5) for rows in range(1, 17)}
+    # Widths of 32 and up, powers of two, at most max_length (the fixture's is 24).
+    assert {width for _, width in shapes} == {min(32, compiled.max_length)}
+    assert {rows for rows, _ in shapes} == {8, 16}
+    # A call's last, smaller batch is as large as its others.
+    assert compiled._padded_batch([[5, 6]] * 3, batch_rows=16).shape == (16, min(32, compiled.max_length))
+    # Eager (JAX compiles its loop whatever is asked): no padding beyond the longest source.
+    eager = Translator.from_directory(str(run_dir), max_new_tokens=6, jit_compile=False)
+    expected = (8, min(32, eager.max_length)) if keras.backend.backend() == "jax" else (2, 2)
+    assert eager._padded_batch([[5, 6], [7]]).shape == expected
+
+
+def test_decoding_compiles_by_default_where_xla_is(run_dir):
+    import keras
+
+    default = Translator.from_directory(str(run_dir), max_new_tokens=6)
+    assert default.decoder.jit_compile == (keras.backend.backend() in ("tensorflow", "jax"))
+    with pytest.raises(ValueError, match="jit_compile"):
+        Translator.from_directory(str(run_dir), jit_compile="yes")
+    with pytest.raises(ValueError, match="batch_size"):
+        Translator.from_directory(str(run_dir), batch_size=0)

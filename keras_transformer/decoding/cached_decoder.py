@@ -83,13 +83,16 @@ class CachedDecoder:
         self.jit_compile = jit_compile
         self._step = compile_function(self._step_tensors, model.variables) if jit_compile else self._step_tensors
 
-    def start(self, encoder_tokens):
+    def start(self, encoder_tokens, cache_length=None):
         """Encodes the source once and returns the initial `DecoderState`.
 
         Args:
             encoder_tokens: int `(batch, source_length)`, padded with 0;
                 checked by `check_encoder_tokens` unless it is a traced
                 tensor (inside a compiled loop or the SavedModel export).
+            cache_length: int, the positions the self-attention caches
+                hold at first (`grow` lengthens them). Defaults to
+                `max_length`.
 
         Returns:
             A `DecoderState` with empty self-attention caches.
@@ -99,7 +102,7 @@ class CachedDecoder:
         encoder_outputs, encoder_mask = self.encoder(ops.convert_to_tensor(encoder_tokens, "int32"))
         batch = ops.shape(encoder_outputs)[0]
         first = self.decoder_layers[0]
-        shape = (batch, 2, self.max_length, first.num_heads, first.key_dim)
+        shape = (batch, 2, cache_length or self.max_length, first.num_heads, first.key_dim)
         return DecoderState(
             caches=[ops.zeros(shape, dtype=encoder_outputs.dtype) for _ in self.decoder_layers],
             cross_caches=[layer.cross_attention_cache(encoder_outputs) for layer in self.decoder_layers],
@@ -122,6 +125,27 @@ class CachedDecoder:
         index = ops.convert_to_tensor(index, "int32")
         logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
         return logits, state._replace(caches=list(caches))
+
+    def grow(self, state, cache_length):
+        """The state with its self-attention caches lengthened to `cache_length` positions.
+
+        Every step reads its whole cache, and beam search copies it, so
+        beam search's loop starts with short caches and lengthens them as
+        the sequences grow (`sampler.search_tensors`): the early steps,
+        where most sentences spend their time, move a fraction of the
+        memory.
+
+        Args:
+            state: `DecoderState`.
+            cache_length: int, at least the caches' present length.
+
+        Returns:
+            The `DecoderState` with the caches padded with zeros.
+        """
+        def longer(cache):
+            return ops.pad(cache, [[0, 0], [0, 0], [0, cache_length - cache.shape[2]], [0, 0], [0, 0]])
+
+        return state._replace(caches=[longer(cache) for cache in state.caches])
 
     def reorder(self, state, rows):
         """The state of the rows `rows` (beam search's surviving hypotheses).

@@ -252,15 +252,23 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
     """
     if choice.width > 1:
         encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
-    decoder_state = decoder.start(encoder_tokens)
+    # Beam search copies its caches every step: it starts them short. Greedy
+    # search gained nothing from that on a CPU and paid a longer compilation.
+    phased = choice.width > 1 and hasattr(decoder, "grow")
+    phases = cache_phases(max_new_tokens) if phased else (max_new_tokens,)
+    decoder_state = decoder.start(encoder_tokens, cache_length=phases[0]) if len(phases) > 1 \
+        else decoder.start(encoder_tokens)
     rows = ops.shape(encoder_tokens)[0]
     columns = ops.arange(max_new_tokens, dtype="int32")
 
-    def keep_going(index, tokens, finished, generated, decoder_state, choice_state):
-        going = ops.less(index, max_new_tokens)
-        if stop_at_end:
-            going = ops.logical_and(going, ops.logical_not(ops.all(finished)))
-        return going
+    def keep_going_until(end):
+        def keep_going(index, tokens, finished, generated, decoder_state, choice_state):
+            going = ops.less(index, end)
+            if stop_at_end:
+                going = ops.logical_and(going, ops.logical_not(ops.all(finished)))
+            return going
+
+        return keep_going
 
     def step(index, tokens, finished, generated, decoder_state, choice_state):
         logits, decoder_state = decoder.next_logits(tokens, index, decoder_state)
@@ -278,19 +286,46 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
             finished = ops.logical_or(finished, ops.equal(next_tokens, END_ID))
         return index + 1, next_tokens[:, None], finished, generated, decoder_state, choice_state
 
-    steps, _, _, generated, _, choice_state = ops.while_loop(
-        keep_going,
-        step,
-        (
-            ops.convert_to_tensor(0, "int32"),
-            ops.full((rows, 1), START_ID, "int32"),
-            ops.zeros((rows,), "bool"),
-            ops.zeros((rows, max_new_tokens), "int32"),
-            decoder_state,
-            choice.initial_state(rows),
-        ),
+    loop_state = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows, 1), START_ID, "int32"),
+        ops.zeros((rows,), "bool"),
+        ops.zeros((rows, max_new_tokens), "int32"),
+        decoder_state,
+        choice.initial_state(rows),
     )
+    # One loop per cache length: a loop's shapes are fixed, so the caches
+    # grow between loops, and a loop whose rows have all finished runs no step.
+    for number, end in enumerate(phases):
+        if number:
+            loop_state = (*loop_state[:4], decoder.grow(loop_state[4], end), loop_state[5])
+        loop_state = ops.while_loop(keep_going_until(end), step, loop_state)
+    steps, _, _, generated, _, choice_state = loop_state
     return choice.best(generated, choice_state), steps
+
+
+# The first cache length of the decoding loop; each later loop doubles it.
+FIRST_CACHE_LENGTH = 16
+
+
+def cache_phases(max_new_tokens):
+    """The cache lengths of the decoding loop's successive loops: 16, 32, 64, ... up to `max_new_tokens`.
+
+    The token of step `i` is written at cache position `i`, so the loop
+    that ends before step `end` needs caches of `end` positions.
+
+    Example:
+
+    >>> cache_phases(127)
+    (16, 32, 64, 127)
+    >>> cache_phases(10)
+    (10,)
+    """
+    phases, length = [], FIRST_CACHE_LENGTH
+    while length < max_new_tokens:
+        phases.append(length)
+        length *= 2
+    return (*phases, max_new_tokens)
 
 
 # The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end,

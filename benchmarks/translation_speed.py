@@ -1,0 +1,110 @@
+"""Sentences per second of translating a split the way `keras-transformer evaluate` does, and its BLEU.
+
+    KERAS_BACKEND=tensorflow python -m benchmarks.translation_speed --model runs/es-en --out DIR
+    KERAS_BACKEND=tensorflow PYTHONPATH=OLD_CHECKOUT python -m benchmarks.translation_speed --model runs/es-en ...
+
+For each beam width (1: greedy; 4: the default) and each loop (`default`:
+`Translator.from_directory` as the command line builds it; `compiled`: with
+`jit_compile=True`), it scores `--sentences` sentences of `--split` with
+`evaluation.evaluate_pairs`, the command line's `evaluate`, twice: the
+first pass pays the compilations (`cold`), the second does not (`warm`).
+It uses only what every version of the package has, so the same command run
+on an older checkout (`PYTHONPATH`) measures "before" on the same machine,
+model and sentences. Writes `results.json` and `results.md` to `--out`.
+"""
+
+import argparse
+import json
+import os
+import time
+
+LOOPS = {"default": {}, "compiled": {"jit_compile": True}}
+
+
+def parse_args(argv=None):
+    """The command line of `python -m benchmarks.translation_speed`.
+
+    Example:
+
+    >>> args = parse_args(["--model", "runs/es-en"])
+    >>> args.beams, args.loops, args.sentences
+    ([1, 4], ['default', 'compiled'], 605)
+    """
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.translation_speed",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="a `keras-transformer train` output folder")
+    parser.add_argument("--split", default="test", help="of the embedded corpus (default: %(default)s)")
+    parser.add_argument("--sentences", type=int, default=605, help="the split's first N (default: %(default)s, all of test)")
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="(default: 1 4)")
+    parser.add_argument("--loops", nargs="+", choices=sorted(LOOPS), default=["default", "compiled"])
+    parser.add_argument("--label", default="", help="names the code measured in the table, e.g. before or after")
+    parser.add_argument("--out", default="benchmark_results/translation_speed", help="folder for the results")
+    return parser.parse_args(argv)
+
+
+def measure(args, log=print):
+    """One row per beam width and loop: cold and warm sentences/s, and BLEU."""
+    import keras
+
+    from keras_transformer.data.corpus import load_bible_pairs
+    from keras_transformer.evaluation import evaluate_pairs
+    from keras_transformer.translator import Translator
+
+    pairs = load_bible_pairs(args.split)[: args.sentences]
+    rows = []
+    for beam in args.beams:
+        for loop in args.loops:
+            translator = Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop])
+            seconds, bleu = [], None
+            for _ in ("cold", "warm"):
+                start = time.perf_counter()
+                result = evaluate_pairs(translator, pairs, verbose=0)
+                seconds.append(time.perf_counter() - start)
+                bleu = round(result["bleu"], 2)
+            row = dict(backend=keras.backend.backend(), label=args.label, beam=beam, loop=loop,
+                       sentences=len(pairs), cold_seconds=round(seconds[0], 2), warm_seconds=round(seconds[1], 2),
+                       warm_sentences_per_second=round(len(pairs) / seconds[1], 1), bleu=bleu)
+            log(json.dumps(row))
+            rows.append(row)
+    return rows
+
+
+def markdown(rows):
+    """The rows as a Markdown table.
+
+    Example:
+
+    >>> print(markdown([dict(backend="jax", label="after", beam=4, loop="default", sentences=10,
+    ...                      cold_seconds=3.0, warm_seconds=1.0, warm_sentences_per_second=10.0, bleu=1.0)]))
+    | backend | code | beam | loop | sentences | first pass s | second pass s | sentences/s | BLEU |
+    |---|---|---:|---|---:|---:|---:|---:|---:|
+    | jax | after | 4 | default | 10 | 3.0 | 1.0 | 10.0 | 1.00 |
+    <BLANKLINE>
+    """
+    lines = ["| backend | code | beam | loop | sentences | first pass s | second pass s | sentences/s | BLEU |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {r['label']} | {r['beam']} | {r['loop']} | {r['sentences']} | "
+                     f"{r['cold_seconds']} | {r['warm_seconds']} | {r['warm_sentences_per_second']} | {r['bleu']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    """Measures, then adds the rows to `results.json` and `results.md` in `--out` (several runs share a folder)."""
+    args = parse_args(argv)
+    rows = measure(args)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "results.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = json.load(f) + rows
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(markdown(rows))
+    print(markdown(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
