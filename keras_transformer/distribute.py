@@ -79,7 +79,7 @@ def join_processes():
         return 0, 1
     import jax
 
-    if jax.distributed.is_initialized():
+    if in_a_job():
         return jax.process_index(), jax.process_count()
     addresses = [a for a in os.environ.get(JOB_ADDRESSES_VARIABLE, "").split(",") if a]
     if not addresses or not 0 <= process_id < num_processes:
@@ -91,9 +91,13 @@ def join_processes():
     # Only CPU collectives are chosen here; on GPUs JAX uses NCCL whatever this says.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
+        import inspect
+
+        # Older JAX (0.4.30) has no heartbeat setting: its own default applies there.
+        options = ({"heartbeat_timeout_seconds": heartbeat}
+                   if "heartbeat_timeout_seconds" in inspect.signature(jax.distributed.initialize).parameters else {})
         jax.distributed.initialize(
-            coordinator_address=addresses[0], num_processes=num_processes, process_id=process_id,
-            heartbeat_timeout_seconds=heartbeat,
+            coordinator_address=addresses[0], num_processes=num_processes, process_id=process_id, **options
         )
     except RuntimeError as error:
         if "must be called before" not in str(error):
@@ -104,7 +108,33 @@ def join_processes():
             "keras_transformer.distribute.join_processes() (or keras.distribution.initialize()) "
             "first thing, before any Keras or JAX computation."
         ) from None
+    _JOINED[0] = True
     return jax.process_index(), jax.process_count()
+
+
+def in_a_job():
+    """Whether this process has joined a JAX job of several processes.
+
+    Older JAX (0.4.30, this package's lower bound) has no
+    `jax.distributed.is_initialized`: there, only a job that
+    `join_processes` joined counts.
+
+    Example:
+
+    >>> in_a_job()
+    False
+    """
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    is_initialized = getattr(jax.distributed, "is_initialized", None)
+    return bool(is_initialized()) if is_initialized is not None else _JOINED[0]
+
+
+# Set once join_processes has joined a job (for JAX without is_initialized).
+_JOINED = [False]
 
 
 def _refuse_tensorflow_workers():

@@ -344,8 +344,8 @@ def _start_keras(args, verbose):
 
 
 def _in_a_job_of_several_processes():
-    jax = sys.modules.get("jax")
-    return jax is not None and jax.distributed.is_initialized()
+    package = sys.modules.get("keras_transformer.distribute")
+    return package is not None and package.in_a_job()
 
 
 def _one_line_warning(message, category, filename, lineno, line=None):
