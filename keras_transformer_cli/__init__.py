@@ -3,7 +3,7 @@
     keras-transformer train [--corpus FILE | --corpus SOURCE_FILE TARGET_FILE] [--preset tiny|small|base|big] ...
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
-    keras-transformer export --model DIR --out DIR
+    keras-transformer export --model DIR --out DIR [--format savedmodel|ctranslate2]
     keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
 
 This package sits beside the `keras_transformer` package, not inside it, so
@@ -40,6 +40,9 @@ PRESET_NAMES = ("tiny", "small", "base", "big")
 NO_REPEAT_NGRAM = 3
 BEAM_WIDTH = 4
 BATCH_SIZE = 64
+# keras_transformer.ctranslate2_model.QUANTIZATIONS (a test checks they agree).
+CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+                             "float32")
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text
@@ -261,11 +264,18 @@ def build_parser():
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 
-    export = verb("export", commands.export, "write a TensorFlow SavedModel that maps strings to translations")
+    export = verb("export", commands.export,
+                  "write a TensorFlow SavedModel that maps strings to translations, or a CTranslate2 model")
     export.add_argument("--model", required=True, help="the --output folder of a training run")
-    export.add_argument("--out", required=True, help="folder for the SavedModel")
+    export.add_argument("--out", required=True, help="folder for the exported model")
+    export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
+                        help="savedmodel (default): strings in, strings out, needs only tensorflow and "
+                             "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine")
     export.add_argument("--max-new-tokens", type=_positive_int,
-                        help="longest translation (default: the model's max_length - 1)")
+                        help="savedmodel: longest translation (default: the model's max_length - 1)")
+    export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
+                        help="ctranslate2: weight type on disk (default: float32; CTranslate2 can also "
+                             "quantize when it loads the model)")
 
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",
@@ -316,7 +326,7 @@ def _quiet_native_logging(verbose):
 def _uses_tensorflow(args):
     """Whether the verb will import TensorFlow whatever the backend (tf.data, TensorBoard, export)."""
     return (
-        args.command in ("train", "ablate", "export")
+        (args.command in ("train", "ablate") or (args.command == "export" and args.format == "savedmodel"))
         and getattr(args, "input_pipeline", "auto") != "python"
         and importable("tensorflow")
     )

@@ -98,12 +98,15 @@ def _split_pairs(corpus, split, limit):
 
 
 def export(args, out):
-    """`export`: the SavedModel, written by a TensorFlow-backend process if this one is not."""
+    """`export`: the SavedModel, written by a TensorFlow-backend process if this one is not,
+    or with `--format ctranslate2` a CTranslate2 model (any backend)."""
     import subprocess
 
     from keras_transformer import run_folder
     from keras_transformer.errors import UserInputError
 
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args, out)
     if not all(importable(name) for name in ("tensorflow", "tensorflow_text")):
         raise UserInputError(
             "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "
@@ -131,6 +134,22 @@ def export(args, out):
     export_translator(args.model, args.out, args.max_new_tokens)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
+
+
+def _export_ctranslate2(args, out):
+    from keras_transformer.errors import UserInputError
+
+    if not importable("ctranslate2"):
+        raise UserInputError(
+            'export --format ctranslate2 needs the ctranslate2 package: pip install "keras-transformer[ctranslate2]".'
+        )
+    if args.max_new_tokens:
+        raise UserInputError("--max-new-tokens is a SavedModel setting; a CTranslate2 model takes it when it translates.")
+    from keras_transformer.ctranslate2_model import export_ctranslate2
+
+    export_ctranslate2(args.model, args.out, quantization=args.quantization)
+    print(f"CTranslate2 model written to {args.out} ({args.quantization or 'float32'} weights; translate with "
+          "keras_transformer.ctranslate2_model.CTranslate2Translator, or ctranslate2.Translator)", file=out)
 
 
 def importable(name):
