@@ -8,17 +8,27 @@ For each beam width (1: greedy; 4: the default) and each loop (`default`:
 `jit_compile=True`), it scores `--sentences` sentences of `--split` with
 `evaluation.evaluate_pairs`, the command line's `evaluate`, twice: the
 first pass pays the compilations (`cold`), the second does not (`warm`).
-It uses only what every version of the package has, so the same command run
-on an older checkout (`PYTHONPATH`) measures "before" on the same machine,
-model and sentences. Writes `results.json` and `results.md` to `--out`.
+The loops `default` and `compiled` use only what every version of the
+package has, so the same command run on an older checkout (`PYTHONPATH`)
+measures "before" on the same machine, model and sentences. The others
+export the model first, into a temporary folder: `ctranslate2` and `ctranslate2-int8`
+decode with `CTranslate2Translator` (float32 weights; int8 computation) on
+as many threads as the machine has cores; `savedmodel` calls the exported
+SavedModel's signature in batches of 64, in the split's order, as a server
+would (greedy only: the signature's search). Writes `results.json` and
+`results.md` to `--out`.
 """
 
 import argparse
+import functools
 import json
 import os
+import tempfile
 import time
 
-LOOPS = {"default": {}, "compiled": {"jit_compile": True}}
+LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "ctranslate2": {}, "ctranslate2-int8": {},
+         "savedmodel": {}}
+SAVEDMODEL_BATCH = 64
 
 
 def parse_args(argv=None):
@@ -38,8 +48,58 @@ def parse_args(argv=None):
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="(default: 1 4)")
     parser.add_argument("--loops", nargs="+", choices=sorted(LOOPS), default=["default", "compiled"])
     parser.add_argument("--label", default="", help="names the code measured in the table, e.g. before or after")
+    parser.add_argument("--ctranslate2-length-penalty", type=float, default=None,
+                        help="CTranslate2's beam length penalty (default: CTranslate2Translator's)")
     parser.add_argument("--out", default="benchmark_results/translation_speed", help="folder for the results")
     return parser.parse_args(argv)
+
+
+class _SavedModelTranslator:
+    """The exported signature as a translator: batches of `SAVEDMODEL_BATCH` strings, in order."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        self._tf = tf
+        self._serve = tf.saved_model.load(path).signatures["serving_default"]
+
+    def __call__(self, texts):
+        outputs = []
+        for start in range(0, len(texts), SAVEDMODEL_BATCH):
+            batch = self._tf.constant([text.encode("utf-8") for text in texts[start : start + SAVEDMODEL_BATCH]])
+            outputs += [text.decode("utf-8") for text in self._serve(texts=batch)["translations"].numpy()]
+        return outputs
+
+
+@functools.lru_cache(maxsize=None)
+def _export_folder():
+    """One temporary folder for the run's exported models."""
+    return tempfile.mkdtemp(prefix="translation_speed_")
+
+
+def _translator(args, loop, beam):
+    """The translator of a loop, exporting the model the first time a loop needs it."""
+    if loop in ("default", "compiled"):
+        from keras_transformer.translator import Translator
+
+        return Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop])
+    if loop == "savedmodel":
+        from keras_transformer.export import export_translator
+
+        path = os.path.join(_export_folder(), "savedmodel")
+        if not os.path.isdir(path):
+            export_translator(args.model, path)
+        return _SavedModelTranslator(path)
+    from keras_transformer.ctranslate2_model import CTranslate2Translator
+    from keras_transformer.ctranslate2_model import export_ctranslate2
+
+    path = os.path.join(_export_folder(), "ctranslate2")
+    if not os.path.isdir(path):
+        export_ctranslate2(args.model, path)
+    options = {} if args.ctranslate2_length_penalty is None else {"length_penalty": args.ctranslate2_length_penalty}
+    return CTranslate2Translator(path, beam_width=beam, compute_type="int8" if loop.endswith("int8") else "default",
+                                 intra_threads=os.cpu_count(), **options)
 
 
 def measure(args, log=print):
@@ -48,13 +108,14 @@ def measure(args, log=print):
 
     from keras_transformer.data.corpus import load_bible_pairs
     from keras_transformer.evaluation import evaluate_pairs
-    from keras_transformer.translator import Translator
 
     pairs = load_bible_pairs(args.split)[: args.sentences]
     rows = []
     for beam in args.beams:
         for loop in args.loops:
-            translator = Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop])
+            if loop == "savedmodel" and beam != 1:
+                continue  # the signature searches greedily
+            translator = _translator(args, loop, beam)
             seconds, bleu = [], None
             for _ in ("cold", "warm"):
                 start = time.perf_counter()

@@ -38,6 +38,17 @@ def test_beam_width_one_equals_greedy(model):
     )
 
 
+def test_a_state_started_with_copies_is_the_state_of_the_repeated_sources(model):
+    decoder = CachedDecoder(model)
+    copied = decoder.start(SOURCE, cache_length=8, copies=3)
+    repeated = decoder.start(np.repeat(SOURCE, 3, axis=0), cache_length=8)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(copied.encoder_mask),
+                                  keras.ops.convert_to_numpy(repeated.encoder_mask))
+    for ours, theirs in zip(copied.cross_caches + copied.caches, repeated.cross_caches + repeated.caches):
+        assert tuple(ours.shape) == tuple(theirs.shape) and ours.shape[0] == 3 * len(SOURCE)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs), atol=1e-6)
+
+
 def test_a_batch_decodes_like_its_rows_alone(model):
     decoder = CachedDecoder(model)
     together = beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=8)

@@ -83,7 +83,7 @@ class CachedDecoder:
         self.jit_compile = jit_compile
         self._step = compile_function(self._step_tensors, model.variables) if jit_compile else self._step_tensors
 
-    def start(self, encoder_tokens, cache_length=None):
+    def start(self, encoder_tokens, cache_length=None, copies=1):
         """Encodes the source once and returns the initial `DecoderState`.
 
         Args:
@@ -93,19 +93,27 @@ class CachedDecoder:
             cache_length: int, the positions the self-attention caches
                 hold at first (`grow` lengthens them). Defaults to
                 `max_length`.
+            copies: int, rows per source: each source's state is repeated
+                `copies` times in a row (beam search's hypotheses), but
+                encoded once.
 
         Returns:
-            A `DecoderState` with empty self-attention caches.
+            A `DecoderState` with empty self-attention caches, of
+            `batch * copies` rows.
         """
         if not ops.is_tensor(encoder_tokens) or is_concrete(encoder_tokens):
             encoder_tokens = check_encoder_tokens(encoder_tokens, self, "CachedDecoder.start")
         encoder_outputs, encoder_mask = self.encoder(ops.convert_to_tensor(encoder_tokens, "int32"))
-        batch = ops.shape(encoder_outputs)[0]
+        cross_caches = [layer.cross_attention_cache(encoder_outputs) for layer in self.decoder_layers]
+        if copies > 1:
+            cross_caches = [ops.repeat(cache, copies, axis=0) for cache in cross_caches]
+            encoder_mask = ops.repeat(encoder_mask, copies, axis=0)
+        batch = ops.shape(encoder_mask)[0]
         first = self.decoder_layers[0]
         shape = (batch, 2, cache_length or self.max_length, first.num_heads, first.key_dim)
         return DecoderState(
             caches=[ops.zeros(shape, dtype=encoder_outputs.dtype) for _ in self.decoder_layers],
-            cross_caches=[layer.cross_attention_cache(encoder_outputs) for layer in self.decoder_layers],
+            cross_caches=cross_caches,
             encoder_mask=encoder_mask,
         )
 

@@ -250,15 +250,20 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         `(generated, steps)`: int32 `(batch, max_new_tokens)`, of which the
         first `steps` (an int32 scalar tensor) columns were generated.
     """
-    if choice.width > 1:
-        encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
+    rows = ops.shape(encoder_tokens)[0] * choice.width
     # Beam search copies its caches every step: it starts them short. Greedy
     # search gained nothing from that on a CPU and paid a longer compilation.
     phased = choice.width > 1 and hasattr(decoder, "grow")
     phases = cache_phases(max_new_tokens) if phased else (max_new_tokens,)
-    decoder_state = decoder.start(encoder_tokens, cache_length=phases[0]) if len(phases) > 1 \
-        else decoder.start(encoder_tokens)
-    rows = ops.shape(encoder_tokens)[0]
+    if phased:
+        # A CachedDecoder encodes each source once for its `width` hypotheses.
+        decoder_state = decoder.start(
+            encoder_tokens, cache_length=phases[0] if len(phases) > 1 else None, copies=choice.width
+        )
+    else:
+        if choice.width > 1:
+            encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
+        decoder_state = decoder.start(encoder_tokens)
     columns = ops.arange(max_new_tokens, dtype="int32")
 
     def keep_going_until(end):
