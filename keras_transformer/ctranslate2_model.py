@@ -201,7 +201,7 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     `shared_vocabulary.json`, the run's `vocabulary.spm` (to tokenize), and
     `keras_transformer.json` (the model's `max_length`, for
     `CTranslate2Translator`). Serve it with `CTranslate2Translator`, or
-    with `ctranslate2.Translator` and SentencePiece directly (README).
+    with `ctranslate2.Translator` and SentencePiece directly (docs/translating.md).
 
     Args:
         directory: the `--output` folder of `keras-transformer train`.

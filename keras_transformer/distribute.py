@@ -151,7 +151,7 @@ def _refuse_tensorflow_workers():
             "(MultiWorkerMirroredStrategy) is not supported: with Keras 3's fit both workers fail in their first "
             "step (keras-team/keras#20585). Train on several hosts with KERAS_BACKEND=jax and the "
             f"{NUM_PROCESSES_VARIABLE}, {PROCESS_ID_VARIABLE} and {JOB_ADDRESSES_VARIABLE} variables "
-            "(README, \"Scaling out\"), and unset TF_CONFIG."
+            "(docs/scaling-out.md), and unset TF_CONFIG."
         )
 
 

@@ -177,9 +177,8 @@ def encoder_classifier(
     Args:
         vocabulary_size: int, vocabulary of the input tokens.
         num_classes: int, number of classes.
-        num_layers, d_model, num_heads, ff_dim, max_length, dropout,
-        embedding_scale, positions, merge, position_dim, **layer_options:
-            as in `transformer`.
+        num_layers, d_model, num_heads, ff_dim, max_length, dropout: as in `transformer`.
+        embedding_scale, positions, merge, position_dim, **layer_options: as in `transformer`.
         name: str, name of the model.
 
     Returns:
@@ -227,9 +226,8 @@ def language_model(
         vocabulary_size: int, vocabulary of the tokens.
         tie_embeddings: bool, use the embedding matrix as the output
             projection. Defaults to True, as GPT models do.
-        num_layers, d_model, num_heads, ff_dim, max_length, dropout,
-        embedding_scale, positions, merge, position_dim, **layer_options:
-            as in `transformer`.
+        num_layers, d_model, num_heads, ff_dim, max_length, dropout: as in `transformer`.
+        embedding_scale, positions, merge, position_dim, **layer_options: as in `transformer`.
         name: str, name of the model.
 
     Returns:

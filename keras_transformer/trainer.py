@@ -194,8 +194,8 @@ def build_translator(
 
     Args:
         vocabulary_size: int, shared by source and target.
-        num_layers, d_model, num_heads, ff_dim, max_length, dropout,
-        tie_embeddings: as `kt.models.transformer`.
+        num_layers, d_model, num_heads, ff_dim, max_length: as `kt.models.transformer`.
+        dropout, tie_embeddings: as `kt.models.transformer`.
         warmup_steps: int, of `TransformerSchedule`.
         label_smoothing: float, of `MaskedSparseCrossentropy`.
         jit_compile: as `Model.compile`; True is refused on torch

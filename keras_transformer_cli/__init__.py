@@ -205,7 +205,7 @@ def _add_train_arguments(parser):
                              "across devices (JAX ModelParallel); the batch stays the global batch "
                              "(default: one device). Several hosts (JAX): the same command on each, with "
                              "KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and _PROCESS_ID set "
-                             "(README, \"Scaling out\")")
+                             "(docs/scaling-out.md)")
     parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
 
 

@@ -1,4 +1,4 @@
-"""A job of two JAX processes on 127.0.0.1, started as the README tells a user to start one on two hosts.
+"""A job of two JAX processes on 127.0.0.1, started as docs/scaling-out.md tells a user to start one on two hosts.
 
 Each process is `keras-transformer train --distribute data` with its own
 `KERAS_DISTRIBUTION_PROCESS_ID` and `--output`; they meet at a coordinator

@@ -1,4 +1,4 @@
-"""The README's example runs as written and prints what it promises."""
+"""The README's examples, and the docs' own-data example, run as written and print what they promise."""
 
 import contextlib
 import io
@@ -9,20 +9,25 @@ import re
 import pytest
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+OWN_DATA = README.parent / "docs" / "own-data.md"
 
 
-def test_readme_example_builds_and_fits_a_model():
-    section = README.read_text().split("## A tiny model, built and fitted", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def test_readme_layers_examples_fit_a_model_and_build_one_of_your_own():
+    section = README.read_text().split("## The layers in your own Keras model", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
     printed = io.StringIO()
+    namespace = {}
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, str(README), "exec"), {})
-    assert printed.getvalue().strip() == "(2, 8, 50)"
+        for code in blocks:  # the second continues the first, as a reader would run them
+            exec(compile(code, str(README), "exec"), namespace)
+    promised = [re.search(r"# (.*)$", code.strip().splitlines()[-1]).group(1) for code in blocks]
+    assert printed.getvalue().split() == " ".join(promised).split() == ["(2,", "8,", "50)", "(1,", "3)"]
 
 
 @pytest.mark.backend_independent
 def test_readme_own_data_example_trains_on_the_french_english_fixture(tmp_path, monkeypatch):
-    section = README.read_text().split("## Train on your own data", 1)[1].split("\n## ", 1)[0]
+    section = OWN_DATA.read_text()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     # Run where the example's relative paths hold: tests/fixtures beside it, runs/ written in tmp_path.
     (tmp_path / "tests").mkdir()
@@ -30,7 +35,7 @@ def test_readme_own_data_example_trains_on_the_french_english_fixture(tmp_path, 
     monkeypatch.chdir(tmp_path)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, str(README), "exec"), {})
+        exec(compile(code, str(OWN_DATA), "exec"), {})
     promised = re.search(r"# (.*)$", code.strip().splitlines()[-1]).group(1)
     assert printed.getvalue().strip() == promised == f"{os.path.join('runs', 'fr-en')} 222 29 2"
     assert (tmp_path / "runs" / "fr-en" / "model.keras").is_file()
