@@ -21,6 +21,7 @@ would (greedy only: the signature's search). Writes `results.json` and
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import tempfile
@@ -48,6 +49,8 @@ def parse_args(argv=None):
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="(default: 1 4)")
     parser.add_argument("--loops", nargs="+", choices=sorted(LOOPS), default=["default", "compiled"])
     parser.add_argument("--label", default="", help="names the code measured in the table, e.g. before or after")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                        help="sentences per batch, one row each (default: the translator's own)")
     parser.add_argument("--ctranslate2-length-penalty", type=float, default=None,
                         help="CTranslate2's beam length penalty (default: CTranslate2Translator's)")
     parser.add_argument("--out", default="benchmark_results/translation_speed", help="folder for the results")
@@ -78,12 +81,13 @@ def _export_folder():
     return tempfile.mkdtemp(prefix="translation_speed_")
 
 
-def _translator(args, loop, beam):
+def _translator(args, loop, beam, batch_size=None):
     """The translator of a loop, exporting the model the first time a loop needs it."""
+    sized = {} if batch_size is None else {"batch_size": batch_size}
     if loop in ("default", "compiled"):
         from keras_transformer.translator import Translator
 
-        return Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop])
+        return Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop], **sized)
     if loop == "savedmodel":
         from keras_transformer.export import export_translator
 
@@ -99,7 +103,7 @@ def _translator(args, loop, beam):
         export_ctranslate2(args.model, path)
     options = {} if args.ctranslate2_length_penalty is None else {"length_penalty": args.ctranslate2_length_penalty}
     return CTranslate2Translator(path, beam_width=beam, compute_type="int8" if loop.endswith("int8") else "default",
-                                 intra_threads=os.cpu_count(), **options)
+                                 intra_threads=os.cpu_count(), **options, **sized)
 
 
 def measure(args, log=print):
@@ -111,22 +115,22 @@ def measure(args, log=print):
 
     pairs = load_bible_pairs(args.split)[: args.sentences]
     rows = []
-    for beam in args.beams:
-        for loop in args.loops:
-            if loop == "savedmodel" and beam != 1:
-                continue  # the signature searches greedily
-            translator = _translator(args, loop, beam)
-            seconds, bleu = [], None
-            for _ in ("cold", "warm"):
-                start = time.perf_counter()
-                result = evaluate_pairs(translator, pairs, verbose=0)
-                seconds.append(time.perf_counter() - start)
-                bleu = round(result["bleu"], 2)
-            row = dict(backend=keras.backend.backend(), label=args.label, beam=beam, loop=loop,
-                       sentences=len(pairs), cold_seconds=round(seconds[0], 2), warm_seconds=round(seconds[1], 2),
-                       warm_sentences_per_second=round(len(pairs) / seconds[1], 1), bleu=bleu)
-            log(json.dumps(row))
-            rows.append(row)
+    for beam, loop, batch_size in itertools.product(args.beams, args.loops, args.batch_sizes or [None]):
+        if loop == "savedmodel" and beam != 1:
+            continue  # the signature searches greedily
+        translator = _translator(args, loop, beam, batch_size)
+        seconds, bleu = [], None
+        for _ in ("cold", "warm"):
+            start = time.perf_counter()
+            result = evaluate_pairs(translator, pairs, verbose=0)
+            seconds.append(time.perf_counter() - start)
+            bleu = round(result["bleu"], 2)
+        row = dict(backend=keras.backend.backend(), label=args.label, beam=beam, loop=loop,
+                   batch=getattr(translator, "batch_size", None), sentences=len(pairs),
+                   cold_seconds=round(seconds[0], 2), warm_seconds=round(seconds[1], 2),
+                   warm_sentences_per_second=round(len(pairs) / seconds[1], 1), bleu=bleu)
+        log(json.dumps(row))
+        rows.append(row)
     return rows
 
 
@@ -137,15 +141,17 @@ def markdown(rows):
 
     >>> print(markdown([dict(backend="jax", label="after", beam=4, loop="default", sentences=10,
     ...                      cold_seconds=3.0, warm_seconds=1.0, warm_sentences_per_second=10.0, bleu=1.0)]))
-    | backend | code | beam | loop | sentences | first pass s | second pass s | sentences/s | BLEU |
-    |---|---|---:|---|---:|---:|---:|---:|---:|
-    | jax | after | 4 | default | 10 | 3.0 | 1.0 | 10.0 | 1.00 |
+    | backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s | BLEU |
+    |---|---|---:|---|---:|---:|---:|---:|---:|---:|
+    | jax | after | 4 | default | 64 | 10 | 3.0 | 1.0 | 10.0 | 1.00 |
     <BLANKLINE>
     """
-    lines = ["| backend | code | beam | loop | sentences | first pass s | second pass s | sentences/s | BLEU |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s | BLEU |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['label']} | {r['beam']} | {r['loop']} | {r['sentences']} | "
+        # Rows written before the batch column decoded 64 sentences at a time.
+        lines.append(f"| {r['backend']} | {r['label']} | {r['beam']} | {r['loop']} | {r.get('batch') or 64} | "
+                     f"{r['sentences']} | "
                      f"{r['cold_seconds']} | {r['warm_seconds']} | {r['warm_sentences_per_second']} | {r['bleu']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -27,10 +27,10 @@ from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.decoding.sampler import FORBIDDEN_TOKEN_IDS
 from keras_transformer.errors import UserInputError
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer.translator import DEFAULT_BATCH_SIZE
 from keras_transformer.translator import DEFAULT_BEAM_WIDTH
 from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 from keras_transformer.translator import Translator
+from keras_transformer.translator import resolve_batch_size
 
 # Written beside CTranslate2's own files: what decoding needs that its
 # config.json does not hold.
@@ -43,6 +43,9 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 # the README's model gave our translation for 573 of the 605 test sentences
 # and 29.24 test BLEU against our 29.33 (0.8: 514, 29.42; 1.0: 435, 29.67).
 DEFAULT_CTRANSLATE2_LENGTH_PENALTY = 0.6
+# CTranslate2 drops the sentences that have ended from a batch as it
+# decodes, so wide batches cost it little; measured at 64 (benchmarks/README.md).
+DEFAULT_CTRANSLATE2_BATCH_SIZE = 64
 
 
 def _import_ctranslate2():
@@ -303,7 +306,7 @@ class CTranslate2Translator(Translator):
 
     def __init__(self, directory, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=DEFAULT_CTRANSLATE2_LENGTH_PENALTY,
                  max_new_tokens=None, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
-                 batch_size=DEFAULT_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
+                 batch_size=DEFAULT_CTRANSLATE2_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
         ctranslate2 = _import_ctranslate2()
         from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
 
@@ -326,7 +329,7 @@ class CTranslate2Translator(Translator):
         self.max_new_tokens = int(max_new_tokens or self.max_length - 1)
         if not 1 <= self.max_new_tokens < self.max_length:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be in [1, max_length={self.max_length}).")
-        self.batch_size = int(batch_size)
+        self.batch_size = resolve_batch_size(batch_size, compiled=False)
         self.translator = ctranslate2.Translator(
             directory, device=device, compute_type=compute_type, intra_threads=intra_threads
         )

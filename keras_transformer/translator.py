@@ -25,10 +25,19 @@ from keras_transformer.model_parts import transformer_parts
 # batches compiles a few programs: each costs about 2 s (greedy) to 4.5 s
 # (beam 4) on the README's model on a 2-core CPU.
 SOURCE_BUCKET = 32
-# Sentences decoded together; the batches of a call are filled with
-# sentences of similar length. On the README's model on a 2-core CPU
-# (TensorFlow) it is benchmarks/README.md's "Decoding speed"; other sizes are not measured yet.
-DEFAULT_BATCH_SIZE = 64
+# Sentences decoded together (`batch_size="auto"`); the batches of a call
+# are filled with sentences of similar length. With a compiled loop on a
+# CPU, small batches translate fastest: a batch runs until its longest
+# translation ends, and its caches stay small. On the README's model, 2-core
+# CPU, all 605 test sentences, beam 4: 8 sentences 136-156 sentences/s
+# against 79 for 64 on TensorFlow, 149 against 78 on JAX; greedy 279-307
+# against 217, and 319 against 230 (benchmarks/README.md, "Batch size").
+COMPILED_CPU_BATCH_SIZE = 8
+# Eager torch pays Python for every step of every batch: 64 sentences ran
+# 2.4x (beam 4) to 3.1x (greedy) faster than 8 there. On a GPU or TPU,
+# where rows decode in parallel, not measured yet.
+BATCH_SIZE = 64
+DEFAULT_BATCH_SIZE = "auto"
 # A batch of fewer sentences is filled up to the next of these sizes (or
 # to `batch_size`), so that a stream of batches compiles a few programs.
 _SMALLEST_BATCH = 8
@@ -71,8 +80,8 @@ class Translator:
             model's `max_length - 1`.
         jit_compile: compile decoding with XLA: greedy and beam search
             become one compiled program per batch size and source bucket
-            (sources are padded to a multiple of 16 tokens, batches filled
-            up to 8, 16, 32, ... sentences). `"auto"` (the default)
+            (sources are padded to 32 tokens or a power of two above it,
+            batches filled up to 8, 16, 32, ... sentences). `"auto"` (the default)
             compiles on TensorFlow and JAX and runs eagerly on torch, which
             has no XLA. On the README's model on a 2-core CPU (TensorFlow)
             compiling costs about 1.5 s more for one sentence and pays for
@@ -80,8 +89,9 @@ class Translator:
             loop is compiled whatever is asked).
         batch_size: int, the most sentences decoded at once. A call with
             more splits them into batches of similar lengths (sorted by
-            length; the translations come back in input order). Defaults
-            to 64.
+            length; the translations come back in input order). `"auto"`
+            (the default): 8 (`COMPILED_CPU_BATCH_SIZE`) when the loop is
+            compiled on a CPU, else 64 (`BATCH_SIZE`: torch, or a GPU).
         no_repeat_ngram_size: int; above 0, no translation repeats an
             n-gram of this many tokens, a guard against loops
             (`decoding.sampler.block_repeated_ngrams`); 0 turns it off.
@@ -130,10 +140,8 @@ class Translator:
             jit_compile = keras.backend.backend() in ("tensorflow", "jax")
         elif not isinstance(jit_compile, bool):
             raise ValueError(f'jit_compile must be "auto", True or False, got jit_compile={jit_compile!r}.')
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got batch_size={batch_size!r}.")
-        self.batch_size = int(batch_size)
         self.decoder = CachedDecoder(model, jit_compile=jit_compile)
+        self.batch_size = resolve_batch_size(batch_size, compiles_loop(self.decoder))
         for side, model_vocabulary in (
             ("source", self.decoder.source_vocabulary_size),
             ("target", self.decoder.embedding.vocabulary_size),
@@ -338,6 +346,32 @@ class Translator:
             self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
+
+
+def resolve_batch_size(batch_size, compiled):
+    """`batch_size` as an int: `"auto"` becomes the size measured fastest for the loop and device.
+
+    Args:
+        batch_size: `"auto"` or an int >= 1.
+        compiled: whether the decoding loop is compiled (XLA).
+
+    Raises:
+        ValueError: neither `"auto"` nor an int >= 1.
+
+    Example:
+
+    >>> resolve_batch_size(32, True), resolve_batch_size("auto", False)
+    (32, 64)
+    """
+    if batch_size == "auto":
+        if not compiled:
+            return BATCH_SIZE
+        from keras_transformer.train_config import has_accelerator
+
+        return BATCH_SIZE if has_accelerator() else COMPILED_CPU_BATCH_SIZE
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f'batch_size must be "auto" or an int >= 1, got batch_size={batch_size!r}.')
+    return int(batch_size)
 
 
 def _next_bucket(size, smallest):

@@ -39,7 +39,7 @@ PRESET_NAMES = ("tiny", "small", "base", "big")
 # DEFAULT_BATCH_SIZE (a test checks they agree).
 NO_REPEAT_NGRAM = 3
 BEAM_WIDTH = 4
-BATCH_SIZE = 64
+BATCH_SIZE = "auto"
 # keras_transformer.ctranslate2_model.QUANTIZATIONS (a test checks they agree).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                              "float32")
@@ -89,6 +89,10 @@ def _int_at_least(low, wording):
 
 _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "an integer >= 0")
+
+
+def _batch_size(text):
+    return "auto" if text == "auto" else _positive_int(text)
 
 
 def _fraction(text):
@@ -247,8 +251,9 @@ def build_parser():
                            help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                            help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
-    translate.add_argument("--batch-size", type=_positive_int, default=BATCH_SIZE,
-                            help="sentences decoded at once, in batches of similar lengths (default: %(default)s)")
+    translate.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
+                            help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
+                                 "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
 
     evaluate = verb("evaluate", commands.evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
@@ -259,8 +264,9 @@ def build_parser():
                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
     evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
-    evaluate.add_argument("--batch-size", type=_positive_int, default=BATCH_SIZE,
-                          help="sentences decoded at once, in batches of similar lengths (default: %(default)s)")
+    evaluate.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
+                          help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
+                               "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 

@@ -150,3 +150,14 @@ def test_decoding_compiles_by_default_where_xla_is(run_dir):
         Translator.from_directory(str(run_dir), jit_compile="yes")
     with pytest.raises(ValueError, match="batch_size"):
         Translator.from_directory(str(run_dir), batch_size=0)
+    from keras_transformer.train_config import has_accelerator
+    from keras_transformer.translator import BATCH_SIZE
+    from keras_transformer.translator import COMPILED_CPU_BATCH_SIZE
+
+    # On a CPU: 8 where the loop compiles (TensorFlow by default; JAX always), 64 where it runs eagerly.
+    cpu = not has_accelerator()
+    backend = keras.backend.backend()
+    assert default.batch_size == (COMPILED_CPU_BATCH_SIZE if cpu and backend != "torch" else BATCH_SIZE)
+    eager = Translator.from_directory(str(run_dir), jit_compile=False)
+    assert eager.batch_size == (COMPILED_CPU_BATCH_SIZE if cpu and backend == "jax" else BATCH_SIZE)
+    assert Translator.from_directory(str(run_dir), batch_size=5).batch_size == 5
