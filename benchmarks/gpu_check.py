@@ -403,7 +403,7 @@ def main(argv=None):
     report["passed"], report["seconds"] = bool(ok), time.time() - start
     print(f"== gpu_check {'PASSED' if ok else 'FAILED'} in {report['seconds']:.0f} s ==", flush=True)
     if args.out:
-        from benchmarks.run import save_results
+        from benchmarks.report import save_results
 
         save_results(report, _markdown(report), args.out)
     return 0 if ok else 1

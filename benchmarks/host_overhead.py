@@ -272,7 +272,7 @@ def markdown_table(report):
 
 def main(argv=None):
     """Runs the benchmark and writes `results.json` and `results.md`; returns the report."""
-    from benchmarks.run import save_results
+    from benchmarks.report import save_results
 
     args = parse_args(argv)
     report = measure(args)

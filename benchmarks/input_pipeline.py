@@ -34,10 +34,10 @@ import numpy as np
 
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import build_model
-from benchmarks.run import OURS
+from benchmarks.report import OURS
+from benchmarks.report import save_results
 from benchmarks.run import describe_device
 from benchmarks.run import limit_threads
-from benchmarks.run import save_results
 
 
 def parse_args(argv=None):

@@ -32,10 +32,10 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import training
+from benchmarks.report import save_results
 from benchmarks.run import describe_device
 from benchmarks.run import interleaved_seconds
 from benchmarks.run import limit_threads
-from benchmarks.run import save_results
 
 
 def log_softmax_loss(y_true, y_pred, label_smoothing=0.0, padding_id=0):
@@ -230,7 +230,7 @@ def time_fit(args):
     """Interleaved `model.fit` epochs of the small model with either loss; a dict of medians and repeats."""
     from benchmarks.reference_models import CONFIGS
     from benchmarks.reference_models import build_model
-    from benchmarks.run import OURS
+    from benchmarks.report import OURS
 
     config = CONFIGS["quick" if args.quick else "small"]
     seq_len, batch = (16, 2) if args.quick else (128, 16)

@@ -32,6 +32,9 @@ import pathlib
 import subprocess
 import sys
 
+from benchmarks.report import save_results
+from benchmarks.report import write_report
+
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -129,8 +132,6 @@ def run_per_process(args, log=print, launch=None):
         The merged report, as written to `args.out/results.json`; its
         `meta.failed` maps an implementation not measured to the reason.
     """
-    from benchmarks import run as harness
-
     out = os.path.abspath(args.out)
     meta, results, failed = None, [], {}
     report = None
@@ -159,11 +160,11 @@ def run_per_process(args, log=print, launch=None):
                           process_per_implementation=True, failed=dict(failed)),
                 results=results,
             )
-            table = harness.write_report(report, out)
+            table = write_report(report, out)
     if report is None:  # every process failed: nothing to tabulate
         report = dict(meta=dict(arguments=args.argv, implementations=list(args.implementations),
                                 process_per_implementation=True, failed=failed), results=[])
-        harness.save_results(report, "Not measured: " + "; ".join(f"`{k}`: {v}" for k, v in failed.items()) + "\n",
+        save_results(report, "Not measured: " + "; ".join(f"`{k}`: {v}" for k, v in failed.items()) + "\n",
                              out)
         return report
     print(table)

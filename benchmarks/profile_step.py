@@ -21,10 +21,10 @@ import numpy as np
 from keras_transformer import model_flops as flops
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import build_model
-from benchmarks.run import OURS
+from benchmarks.report import OURS
+from benchmarks.report import save_results
 from benchmarks.run import describe_device
 from benchmarks.run import limit_threads
-from benchmarks.run import save_results
 
 # Operator name fragments -> category; the first match wins.
 CATEGORIES = (

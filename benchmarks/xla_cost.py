@@ -70,8 +70,8 @@ from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import IMPLEMENTATIONS
 from benchmarks.reference_models import build_model
 from benchmarks.reference_models import encoder_model
+from benchmarks.report import save_results
 from benchmarks.run import describe_device
-from benchmarks.run import save_results
 from benchmarks.run import set_precision
 from keras_transformer import model_flops
 

@@ -469,3 +469,34 @@ def test_host_overhead_runs_each_variant_where_it_says(tmp_path):
     )
     assert json.loads((tmp_path / "results.json").read_text())["meta"]["input_pipeline"] == "python"
     assert doctest.testmod(host_overhead).failed == 0
+
+
+def _benchmark_imports():
+    """Each module of benchmarks/ and the benchmarks modules it imports, anywhere in its body."""
+    import ast
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    graph = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+                imported.add(node.module.split(".")[1])
+        graph[path.stem] = imported - {path.stem}
+    return graph
+
+
+@pytest.mark.backend_independent
+def test_no_two_benchmark_modules_import_each_other_even_indirectly():
+    graph = _benchmark_imports()
+    assert "report" in graph["per_process"] and "run" not in graph["per_process"]
+    for start in graph:
+        reached, frontier = set(), set(graph[start])
+        while frontier:
+            module = frontier.pop()
+            assert module != start, f"benchmarks.{start} imports itself through benchmarks.{module}"
+            if module not in reached:
+                reached.add(module)
+                frontier |= graph.get(module, set())
