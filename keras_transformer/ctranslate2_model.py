@@ -27,6 +27,7 @@ from keras_transformer.data.special_tokens import END_ID
 from keras_transformer.decoding.sampler import FORBIDDEN_TOKEN_IDS
 from keras_transformer.errors import UserInputError
 from keras_transformer.model_parts import transformer_parts
+from keras_transformer.run_folder import VOCABULARY_FILE
 from keras_transformer.translator import DEFAULT_BEAM_WIDTH
 from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 from keras_transformer.translator import Translator
@@ -35,7 +36,6 @@ from keras_transformer.translator import resolve_batch_size
 # Written beside CTranslate2's own files: what decoding needs that its
 # config.json does not hold.
 SETTINGS_FILE = "keras_transformer.json"
-VOCABULARY_FILE = "vocabulary.spm"
 # CTranslate2's weight types (`Converter.convert(quantization=...)`).
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # CTranslate2 ranks finished beams by score / length ** alpha, we by
@@ -43,8 +43,9 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 # the README's model gave our translation for 573 of the 605 test sentences
 # and 29.24 test BLEU against our 29.33 (0.8: 514, 29.42; 1.0: 435, 29.67).
 DEFAULT_CTRANSLATE2_LENGTH_PENALTY = 0.6
-# CTranslate2 drops the sentences that have ended from a batch as it
-# decodes, so wide batches cost it little; measured at 64 (benchmarks/README.md).
+# The only size measured for CTranslate2 (benchmarks/README.md); it drops
+# the sentences that have ended from a batch as it decodes, so the reason
+# small batches win for our loop does not hold there.
 DEFAULT_CTRANSLATE2_BATCH_SIZE = 64
 
 
@@ -232,7 +233,7 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     if os.path.exists(out) and not force:
         raise UserInputError(f"{out!r} exists: choose a new folder for the CTranslate2 model, or pass force=True.")
-    vocabulary_path = os.path.join(directory, run_folder.VOCABULARY_FILE)
+    vocabulary_path = os.path.join(directory, VOCABULARY_FILE)
     if not os.path.isfile(vocabulary_path):
         raise UserInputError(f"No vocabulary at {vocabulary_path!r}: pass the --output folder of a training run.")
     model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
@@ -307,6 +308,8 @@ class CTranslate2Translator(Translator):
     def __init__(self, directory, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=DEFAULT_CTRANSLATE2_LENGTH_PENALTY,
                  max_new_tokens=None, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
                  batch_size=DEFAULT_CTRANSLATE2_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
+        # Not Translator.__init__, which builds a Keras decoder: this sets the
+        # attributes its __call__ reads, and _padded_batch and _decode differ.
         ctranslate2 = _import_ctranslate2()
         from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
 
