@@ -357,6 +357,21 @@ def _start_keras(args, verbose):
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend
+            if not verbose and (_uses_tensorflow(args) or keras.backend.backend() == "tensorflow"):
+                _spend_onednn_dtype_message(tf)
+
+
+def _spend_onednn_dtype_message(tf):
+    """Makes oneDNN log its data type message now, while fd 2 is silenced.
+
+    TensorFlow's oneDNN Transpose logs "oneDNN supports DT_INT64 only on
+    platforms with AVX-512. Falling back to the default Eigen-based
+    implementation if present." at ERROR level, whatever the CPU, the first
+    time a process transposes a tensor that is not float (`tf.data`'s ragged
+    concat does, in the middle of `train`'s log), and never again.
+    """
+    with tf.device("/CPU:0"):
+        tf.transpose(tf.zeros((2, 2), tf.int64))
 
 
 def _in_a_job_of_several_processes():

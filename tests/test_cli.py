@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import keras_transformer_cli as cli
 from keras_transformer.train_config import PRESETS
 from keras_transformer.train_config import TRAINING_DEFAULTS
 from keras_transformer.train_config import TrainConfig
+from conftest import FIXTURE_CORPUS
 
 pytestmark = pytest.mark.backend_independent
 
@@ -26,6 +28,11 @@ def _subparsers(parser):
 
 def _run(*args, **kwargs):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def _native_log_lines(stderr):
+    """The lines TensorFlow's, XLA's and absl's C++ logging wrote, e.g. "E0000 00:00:17.2 123 util.cc:131] ..."."""
+    return [line for line in stderr.splitlines() if re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d", line)]
 
 
 def test_every_flag_of_every_verb_has_help_and_the_top_level_help_lists_each_verb_in_one_line(capsys):
@@ -124,10 +131,26 @@ def test_piped_stdout_holds_only_results_and_warnings_are_plain_lines(trained_ru
     # TensorFlow's and XLA's C++ start-up lines stay out of the terminal.
     for noise in ("absl::InitializeLog", "cuInit", "cpu_feature_guard", "cudart_stub"):
         assert noise not in result.stderr
+    assert not _native_log_lines(result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.skipif(not cli.importable("tensorflow"), reason="the tf.data pipeline needs TensorFlow")
+def test_train_keeps_tensorflows_cpp_logging_out_of_the_terminal_after_the_start(tmp_path):
+    # oneDNN logs an ERROR line the first time tf.data transposes int64
+    # (ragged concat), between the "corpus:" and "batches:" log lines.
+    corpus = str(FIXTURE_CORPUS)
+    result = _run("-m", "keras_transformer_cli", "train", "--output", str(tmp_path / "run"), "--corpus", corpus,
+                  "--input-pipeline", "tf.data", "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
+                  "--ff-dim", "32", "--max-length", "24", "--vocabulary-size", "400", "--batch-tokens", "240",
+                  "--epochs", "1", "--steps-per-epoch", "1", "--warmup-steps", "1", "--dev-bleu-sentences", "0",
+                  env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "batches: " in result.stderr and "backend tensorflow" in result.stderr
+    assert not _native_log_lines(result.stderr), result.stderr[-3000:]
 
 
 def test_evaluate_to_a_pipe_sends_the_progress_bar_to_stderr(trained_run, tmp_path):
-    corpus = str(__import__("conftest").FIXTURE_CORPUS)
+    corpus = str(FIXTURE_CORPUS)
     result = _run("-m", "keras_transformer_cli", "evaluate", "--model", str(trained_run), "--split", "heldout",
                   "--limit", "3", "--corpus", corpus)
     assert result.returncode == 0, result.stderr[-3000:]
