@@ -5,7 +5,7 @@
 
 Three checks, each printed as it finishes; any non-finite value or a check
 that fails makes the exit status non-zero. Needs no TensorFlow (a JAX or
-torch GPU machine with the carried wheels: see benchmarks/README.md).
+torch GPU machine with the carried wheels: see benchmarks/README.md, "A session lent a GPU").
 
 1. **attention**: `kt.layers.MultiHeadAttention` under `mixed_bfloat16`, on
    the kernel the backend picks (cuDNN / SDPA fused attention on a GPU),

@@ -8,7 +8,7 @@ Every step is one `benchmarks.run --process-per-implementation --resume`
 in bf16 (`--mixed-precision bfloat16`), decoding 256 new tokens, the uncached
 loop timed for the tutorial only (the baseline of cached decoding; every
 loop is one more compilation on JAX) on its first 32 steps. Expected on one
-H100 (`benchmarks/README.md` derives them from what was seen there: ~626k
+H100 (benchmarks/findings/gpu.md derives them from what was seen there: ~626k
 training tokens/s at base@256 on JAX, ~205k on torch, the first JAX
 training step of base compiling for about a minute; ~20 s of start-up per
 process, ~20 s per forward-only program on JAX):

@@ -32,12 +32,12 @@ import time
 import keras
 import numpy as np
 
+from benchmarks.machine import describe_device
+from benchmarks.machine import limit_threads
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import build_model
 from benchmarks.report import OURS
 from benchmarks.report import save_results
-from benchmarks.run import describe_device
-from benchmarks.run import limit_threads
 
 
 def parse_args(argv=None):

@@ -19,12 +19,12 @@ import keras
 import numpy as np
 
 from keras_transformer import model_flops as flops
+from benchmarks.machine import describe_device
+from benchmarks.machine import limit_threads
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import build_model
 from benchmarks.report import OURS
 from benchmarks.report import save_results
-from benchmarks.run import describe_device
-from benchmarks.run import limit_threads
 
 # Operator name fragments -> category; the first match wins.
 CATEGORIES = (

@@ -43,7 +43,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 # the README's model gave our translation for 573 of the 605 test sentences
 # and 29.24 test BLEU against our 29.33 (0.8: 514, 29.42; 1.0: 435, 29.67).
 DEFAULT_CTRANSLATE2_LENGTH_PENALTY = 0.6
-# The only size measured for CTranslate2 (benchmarks/README.md); it drops
+# The only size measured for CTranslate2 (benchmarks/findings/decoding.md); it drops
 # the sentences that have ended from a batch as it decodes, so the reason
 # small batches win for our loop does not hold there.
 DEFAULT_CTRANSLATE2_BATCH_SIZE = 64

@@ -21,7 +21,7 @@ PRESETS = {
 # Training defaults per preset, for the fields left at None. tiny is the CPU
 # default: a 4,000-piece vocabulary makes a step 1.57x faster than 8,000
 # pieces, so 1,600 steps take 1.28x the time of the former 800; test BLEU
-# 18.2 -> 26.6 (benchmarks/README.md, "Training recipes").
+# 18.2 -> 26.6 (benchmarks/findings/recipes-and-scale.md).
 TRAINING_DEFAULTS = {
     "tiny": dict(epochs=16, steps_per_epoch=100, warmup_steps=400, vocabulary_size=4000),
     "small": dict(epochs=8, steps_per_epoch=100, warmup_steps=400, vocabulary_size=8000),
@@ -75,7 +75,7 @@ def check_jit_compile(jit_compile):
     call; `torch._dynamo` then crashes on this package's model (KeyError:
     'mask', torch 2.11-2.13), and where it ran (the crash patched out) a
     step was no faster than eager (tiny preset, CPU:
-    `benchmarks/torch_compile.py`).
+    benchmarks/findings/training-speed.md, "torch.compile").
 
     Args:
         jit_compile: True, False or "auto".
@@ -104,8 +104,7 @@ def hardware_defaults():
     compiles one program per padded length). On a GPU with bf16 tensor
     cores (one `model_flops.PEAK_BF16_FLOPS` names) the model computes in
     bfloat16 with float32 weights: on an H100 the base model trained
-    finitely in bf16 on both JAX and torch (benchmarks/README.md, "The GPU
-    check").
+    finitely in bf16 on both JAX and torch (benchmarks/findings/gpu.md).
 
     Returns:
         dict: `bucket_width`, `mixed_precision` (None: float32).

@@ -31,7 +31,7 @@ SOURCE_BUCKET = 32
 # translation ends, and its caches stay small. On the README's model, 2-core
 # CPU, all 605 test sentences, beam 4: 8 sentences 136-156 sentences/s
 # against 79 for 64 on TensorFlow, 149 against 78 on JAX; greedy 279-307
-# against 217, and 319 against 230 (benchmarks/README.md, "Batch size").
+# against 217, and 319 against 230 (benchmarks/findings/decoding.md, "Batch size").
 COMPILED_CPU_BATCH_SIZE = 8
 # Eager torch pays Python for every step of every batch: 64 sentences ran
 # 2.4x (beam 4) to 3.1x (greedy) faster than 8 there. On a GPU or TPU,
@@ -45,12 +45,12 @@ _SMALLEST_BATCH = 8
 UNKNOWN_WARNING_FRACTION = 0.5
 # The loop guard's default: no translation repeats a 3-gram. On the README's
 # tiny model it took the test translations that loop from 6.1 % to 0 % at
-# -0.2 BLEU, +0.6 chrF (benchmarks/README.md, "Decoding quality").
+# -0.2 BLEU, +0.6 chrF (benchmarks/findings/decoding.md).
 DEFAULT_NO_REPEAT_NGRAM_SIZE = 3
 # Beam search by default: on the README's tiny model, beam 4 (with the loop
 # guard) scored +2.8 BLEU on dev, +2.0 on test and +2.3 on the held-out
 # books over greedy search, with no loops, for 2.4x the decoding time
-# (benchmarks/README.md, "Decoding quality"). Dev BLEU during training
+# (benchmarks/findings/decoding.md). Dev BLEU during training
 # stays greedy: it is for comparing epochs, and runs every epoch.
 DEFAULT_BEAM_WIDTH = 4
 

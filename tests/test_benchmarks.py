@@ -1,6 +1,5 @@
 """The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run."""
 
-import doctest
 import json
 import os
 import pathlib
@@ -13,16 +12,13 @@ import pytest
 from conftest import FIXTURE_CORPUS
 from conftest import to_numpy
 
-# `benchmarks/` sits beside the package in the repository, not inside it.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from keras_transformer import model_flops as flops  # noqa: E402
-from benchmarks.reference_models import CONFIGS  # noqa: E402
-from benchmarks.reference_models import IMPLEMENTATIONS  # noqa: E402
-from benchmarks.reference_models import KerasHubCachedDecoder  # noqa: E402
-from benchmarks.reference_models import build_model  # noqa: E402
-from benchmarks.reference_models import parameter_counts  # noqa: E402
-from benchmarks.run import count_calls  # noqa: E402
+from keras_transformer import model_flops as flops
+from benchmarks.reference_models import CONFIGS
+from benchmarks.reference_models import IMPLEMENTATIONS
+from benchmarks.reference_models import KerasHubCachedDecoder
+from benchmarks.reference_models import build_model
+from benchmarks.reference_models import parameter_counts
+from benchmarks.phases import count_calls
 
 QUICK = CONFIGS["quick"]
 
@@ -294,6 +290,7 @@ def test_uncached_loop_is_timed_on_its_first_steps_over_the_full_prefix_and_says
 
 
 def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
+    from benchmarks import phases
     from benchmarks import run
 
     # A tiny model's 2 uncached steps can take under half a millisecond of CPU
@@ -303,7 +300,7 @@ def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
             function()
         return {name: [0.0012] for name in functions}, {name: [0.00042] for name in functions}
 
-    monkeypatch.setattr(run, "interleaved_seconds", tiny_times)
+    monkeypatch.setattr(phases, "interleaved_seconds", tiny_times)
     report = run.run(run.parse_args(_decode_quick_args(tmp_path, "--implementations", "keras_transformer")))
     decode = report["results"][0]["decode"]
     assert decode["uncached_cpu_seconds_repeats"] == [0.00042]
@@ -313,7 +310,7 @@ def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
 
 def test_reference_uncached_loop_gives_the_tokens_of_keras_hubs_cache(rng):
     from keras_transformer.decoding import greedy_search
-    from benchmarks.run import ReferenceUncachedDecoder
+    from benchmarks.phases import ReferenceUncachedDecoder
 
     model = build_model("keras_hub", QUICK, max_length=16, dropout=0.0)
     source = _batch(rng, 2, 5, 1)["encoder_tokens"]
@@ -443,32 +440,6 @@ def test_gpu_table_steps_are_valid_benchmark_commands_and_import_no_keras():
     imported = subprocess.run([sys.executable, "-c", probe], cwd=pathlib.Path(__file__).resolve().parents[1],
                               capture_output=True, text=True, check=True).stdout
     assert imported.strip() == "[]"
-
-
-def test_host_overhead_runs_each_variant_where_it_says(tmp_path):
-    from benchmarks import host_overhead
-
-    report = host_overhead.main([
-        "--corpus", FIXTURE_CORPUS, "--num-layers", "1", "--d-model", "16", "--num-heads", "2", "--ff-dim", "32",
-        "--vocabulary-size", "400", "--max-length", "24", "--batch-tokens", "240", "--steps", "3", "--repeats", "1",
-        "--input-pipeline", "python", "--out", str(tmp_path),
-    ])
-    # Keras runs batch ends on worker threads only where it is thread-safe
-    # (not TensorFlow), and only if no callback's batch-end hook is unsafe.
-    threaded = keras.backend.backend() != "tensorflow"
-    assert report["batch_ends_on_main_thread"] == {
-        "async": not threaded, "tensorboard": not threaded, "sync": True, "bare": None
-    }
-    assert all(len(values) == 1 and values[0] > 0 for values in report["seconds_per_step"].values())
-    assert report["sync_over_async"] == report["median_seconds_per_step"]["sync"] / report["median_seconds_per_step"]["async"]
-    table = (tmp_path / "results.md").read_text()
-    assert "| `async` | " + ("worker threads" if threaded else "main thread") in table
-    assert "| `tensorboard` | " + ("worker threads" if threaded else "main thread") in table
-    assert report["tensorboard_over_async"] == (
-        report["median_seconds_per_step"]["tensorboard"] / report["median_seconds_per_step"]["async"]
-    )
-    assert json.loads((tmp_path / "results.json").read_text())["meta"]["input_pipeline"] == "python"
-    assert doctest.testmod(host_overhead).failed == 0
 
 
 def _benchmark_imports():

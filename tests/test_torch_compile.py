@@ -3,8 +3,9 @@
 Keras compiles the torch train step with `torch.compile`, which breaks the
 graph in every layer call; torch._dynamo then crashes on our models
 (`KeyError: 'mask'`, issue 13) and, with the crash patched out, trained no
-faster than eager (benchmarks/torch_compile.py). So a run refuses the flag
-on torch before it reads the corpus or writes anything.
+faster than eager (benchmarks/findings/training-speed.md, "torch.compile").
+So a run refuses the flag on torch before it reads the corpus or writes
+anything.
 """
 
 import os

@@ -22,10 +22,6 @@ from keras_transformer.train_config import TrainConfig
 from keras_transformer.errors import UserInputError
 from keras_transformer.trainer import train_translator
 
-# `benchmarks/` sits beside the package in the repository, not inside it.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from benchmarks.host_overhead import BatchEndThread  # noqa: E402
-
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 TINY = dict(
     corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2, ff_dim=32,
@@ -39,6 +35,19 @@ TINY_FLAGS = [
 # 3 virtual epochs of 3 steps, with dropout (0.1), for the fault tests;
 # lengths up to 24 keep the number of compiled batch shapes small.
 RUN = dict(TINY, max_length=24, batch_tokens=240, epochs=3, steps_per_epoch=3)
+
+
+class BatchEndThread(keras.callbacks.Callback):
+    """Records whether each `on_train_batch_end` ran on the main thread; async-safe, so it changes nothing."""
+
+    async_safe = True
+
+    def __init__(self):
+        super().__init__()
+        self.on_main_thread = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.on_main_thread.append(threading.current_thread() is threading.main_thread())
 QUIET = dict(verbose=0, log=lambda message: None, sample_sentences=0)
 KILL_AT_STEP = """
 import os, signal, sys, keras

@@ -20,7 +20,7 @@ def fused_kernel_is_wrong(query_length, key_length):
     cuDNN's fused attention (JAX on NVIDIA GPUs) returns NaN gradients when
     a mask tensor is passed and a sequence length is 64 mod 128: measured on
     an H100 with JAX 0.11 by `python -m benchmarks.gpu_check` (see
-    benchmarks/README.md). `MultiHeadAttention` takes its explicit path there.
+    benchmarks/findings/gpu.md). `MultiHeadAttention` takes its explicit path there.
 
     Args:
         query_length, key_length: int (static), or None when unknown.
