@@ -471,3 +471,17 @@ def test_no_two_benchmark_modules_import_each_other_even_indirectly():
             if module not in reached:
                 reached.add(module)
                 frontier |= graph.get(module, set())
+
+
+def test_translation_speed_times_translating_apart_and_counts_the_steps_after_the_end(trained_run, tmp_path):
+    import doctest
+
+    from benchmarks import translation_speed
+
+    (row,) = translation_speed.main(["--model", str(trained_run), "--sentences", "6", "--beams", "1",
+                                     "--loops", "default", "--batch-sizes", "2", "--out", str(tmp_path)])
+    # Translating is part of the pass that also scores, so it cannot be slower.
+    assert row["translating_sentences_per_second"] >= row["warm_sentences_per_second"] > 0
+    assert row["batch"] == 2 and 0 <= row["row_steps_after_end"] < 1
+    assert "| row-steps after the end |" in (tmp_path / "results.md").read_text()
+    assert doctest.testmod(translation_speed).failed == 0
