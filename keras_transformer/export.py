@@ -2,7 +2,8 @@
 
 The tokenizer (tensorflow-text's SentencePiece op), the encoder, the cached
 greedy decoding loop (the package's one loop, `decoding.search_tensors`,
-traced into a `tf.while_loop`) and the detokenizer all live inside one TensorFlow graph, so the exported folder
+traced into a `tf.while_loop` that XLA compiles where it is served) and the
+detokenizer all live inside one TensorFlow graph, so the exported folder
 translates in a process that has only `tensorflow` and `tensorflow_text`,
 without this package or Keras.
 
@@ -59,6 +60,8 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     from keras_transformer.decoding import search_tensors
 
     from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+    from keras_transformer.translator import SMALLEST_BATCH
+    from keras_transformer.translator import SOURCE_BUCKET
 
     if no_repeat_ngram_size is None:
         no_repeat_ngram_size = DEFAULT_NO_REPEAT_NGRAM_SIZE
@@ -70,6 +73,19 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     module.model = model
     module.tokenizer = tensorflow_text.SentencepieceTokenizer(model=vocabulary_proto, out_type=tf.int32)
 
+    # The search alone is compiled by XLA where the model is served (the
+    # string ops around it cannot be), once per batch shape: as
+    # `Translator` does, sources are padded to `SOURCE_BUCKET` tokens or a
+    # power of two above it, and rows to a power of two (at least
+    # `SMALLEST_BATCH`) by repeating the first, so a stream of batches
+    # compiles a few programs.
+    search = tf.function(
+        lambda encoder_tokens: search_tensors(
+            decoder, encoder_tokens, GreedyChoice(), max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
+        ),
+        jit_compile=True,
+    )
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def translate(texts):
         texts = tf.strings.unicode_transcode(
@@ -77,12 +93,13 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         )
         ids = module.tokenizer.tokenize(texts)[:, :max_length]
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
-        # At least one column, so an all-empty batch still has a shape.
-        encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, 1]])[:, : tf.maximum(1, tf.shape(encoder_tokens)[1])]
-        generated, steps = search_tensors(
-            decoder, encoder_tokens, GreedyChoice(), max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
-        )
-        output_ids = generated[:, :steps]
+        rows, width = tf.shape(encoder_tokens)[0], tf.shape(encoder_tokens)[1]
+        width_bucket = tf.minimum(_next_bucket(tf, width, SOURCE_BUCKET), max_length)
+        encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, width_bucket - width]])
+        extra_rows = _next_bucket(tf, rows, SMALLEST_BATCH) - rows
+        encoder_tokens = tf.concat([encoder_tokens, tf.repeat(encoder_tokens[:1], extra_rows, axis=0)], axis=0)
+        generated, steps = search(encoder_tokens)
+        output_ids = generated[:rows, :steps]
         output_ids = tf.where(tf.equal(output_ids, END_ID), PAD_ID, output_ids)
         translations = module.tokenizer.detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
         empty = tf.equal(tf.strings.strip(texts), "")
@@ -90,6 +107,11 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
 
     module.translate = translate
     return module
+
+
+def _next_bucket(tf, size, smallest):
+    """`smallest`, or the first power-of-two multiple of it that holds `size` (a scalar tensor)."""
+    return tf.while_loop(lambda bucket: bucket < size, lambda bucket: bucket * 2, [tf.constant(smallest)])[0]
 
 
 def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None):

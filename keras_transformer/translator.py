@@ -40,7 +40,7 @@ BATCH_SIZE = 64
 DEFAULT_BATCH_SIZE = "auto"
 # A batch of fewer sentences is filled up to the next of these sizes (or
 # to `batch_size`), so that a stream of batches compiles a few programs.
-_SMALLEST_BATCH = 8
+SMALLEST_BATCH = 8
 # Warn when more than this fraction of a sentence's characters is unknown.
 UNKNOWN_WARNING_FRACTION = 0.5
 # The loop guard's default: no translation repeats a 3-gram. On the README's
@@ -239,7 +239,7 @@ class Translator:
         rows = len(ids)
         if compiles_loop(self.decoder):
             width = min(self.max_length, _next_bucket(width, SOURCE_BUCKET))
-            rows = min(_next_bucket(rows, _SMALLEST_BATCH), self.batch_size)
+            rows = min(_next_bucket(rows, SMALLEST_BATCH), self.batch_size)
             rows = max(len(ids), batch_rows or rows)
         batch = np.zeros((rows, width), "int32")
         for i in range(rows):

@@ -25,6 +25,7 @@ serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 texts = json.loads(sys.argv[2])
 outputs = serve(texts=tf.constant([t.encode("utf-8") for t in texts] + [b"Dios \\xff\\xfe luz"]))
 print(json.dumps([t.decode("utf-8") for t in outputs["translations"].numpy()]))
+print(serve(texts=tf.constant([], tf.string))["translations"].shape[0])  # an empty batch
 print("keras_transformer" in sys.modules)
 """
 
@@ -45,9 +46,9 @@ def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(r
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    *translations, imported = result.stdout.strip().splitlines()[-2:]
-    exported = json.loads(translations[0])
-    assert imported == "False"
+    translations, empty_batch, imported = result.stdout.strip().splitlines()[-3:]
+    exported = json.loads(translations)
+    assert imported == "False" and empty_batch == "0"
     expected = Translator.from_directory(str(run_dir), max_new_tokens=10, beam_width=1)(TEXTS)
     assert exported[: len(TEXTS)] == expected
     assert exported[1] == "" and exported[2] == ""
