@@ -12,6 +12,7 @@ Example:
 from keras_transformer import diagnostics
 from keras_transformer import initializers
 from keras_transformer import layers
+from keras_transformer import lora
 from keras_transformer import models
 from keras_transformer import training
 

@@ -106,13 +106,14 @@ def _layer_norm(spec, norm):
 
 
 def _attention(spec, attention, self_attention):
-    query, key, value = attention._qkv_parts()
+    weights = attention.projection_weights()
+    query, key, value = weights["query"], weights["key"], weights["value"]
     if self_attention:
         _fused_linear(spec.linear[0], (query, key, value))
     else:
         _linear(spec.linear[0], *query)
         _fused_linear(spec.linear[1], (key, value))
-    _linear(spec.linear[-1], attention.output_kernel, attention.output_bias)
+    _linear(spec.linear[-1], *weights["output"])
     spec.queries_scale = np.float32(attention.scale)
 
 

@@ -238,7 +238,7 @@ def model_parallel_layout_map(device_mesh):
     and a slice of the feed-forward units, and XLA adds one all-reduce
     after each block. Embeddings, layer norms and the output projection are
     replicated. Keys are regexes on variable paths
-    (`decoder_layer_0/cross_attention/query_kernel`).
+    (`decoder_layer_0/cross_attention/query/kernel`).
 
     Args:
         device_mesh: a `keras.distribution.DeviceMesh` with a `"model"`
@@ -250,7 +250,7 @@ def model_parallel_layout_map(device_mesh):
     Example:
 
     >>> layout_map = model_parallel_layout_map(None)
-    >>> layout_map["encoder_layer_0/self_attention/query_kernel"].axes
+    >>> layout_map["encoder_layer_0/self_attention/query/kernel"].axes
     (None, 'model')
     >>> layout_map["decoder_layer_1/feed_forward/output/kernel"].axes
     ('model', None)
@@ -258,9 +258,9 @@ def model_parallel_layout_map(device_mesh):
     True
     """
     layout_map = keras.distribution.LayoutMap(device_mesh)
-    layout_map[r".*attention/(query|key|value|qkv)_kernel"] = (None, "model")
-    layout_map[r".*attention/(query|key|value|qkv)_bias"] = ("model",)
-    layout_map[r".*attention/output_kernel"] = ("model", None)
+    layout_map[r".*attention/(query|key|value|qkv)/kernel"] = (None, "model")
+    layout_map[r".*attention/(query|key|value|qkv)/bias"] = ("model",)
+    layout_map[r".*attention/attention_output/kernel"] = ("model", None)
     layout_map[r".*feed_forward/hidden/kernel"] = (None, "model")
     layout_map[r".*feed_forward/hidden/bias"] = ("model",)
     layout_map[r".*feed_forward/output/kernel"] = ("model", None)

@@ -33,10 +33,10 @@ def test_agrees_with_keras_multi_head_attention_given_the_same_weights(inputs):
     ours = _attention()
     for name in ("query", "key", "value"):
         dense = getattr(reference, f"_{name}_dense")
-        getattr(ours, f"{name}_kernel").assign(np.reshape(to_numpy(dense.kernel), (WIDTH, HEADS * KEY_DIM)))
-        getattr(ours, f"{name}_bias").assign(np.reshape(to_numpy(dense.bias), (HEADS * KEY_DIM,)))
-    ours.output_kernel.assign(np.reshape(to_numpy(reference._output_dense.kernel), (HEADS * KEY_DIM, WIDTH)))
-    ours.output_bias.assign(to_numpy(reference._output_dense.bias))
+        getattr(ours, f"{name}_dense").kernel.assign(np.reshape(to_numpy(dense.kernel), (WIDTH, HEADS * KEY_DIM)))
+        getattr(ours, f"{name}_dense").bias.assign(np.reshape(to_numpy(dense.bias), (HEADS * KEY_DIM,)))
+    ours.output_dense.kernel.assign(np.reshape(to_numpy(reference._output_dense.kernel), (HEADS * KEY_DIM, WIDTH)))
+    ours.output_dense.bias.assign(to_numpy(reference._output_dense.bias))
     got = ours(inputs, inputs, value_mask=key_mask, use_causal_mask=True)
     np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-5)
 
@@ -101,7 +101,7 @@ def test_fully_masked_rows_give_zeros_not_nan(inputs):
         outputs = keras.tree.flatten(layer(inputs, inputs, attention_mask=attention_mask, **kwargs))
         values = to_numpy(outputs[0])
         assert np.all(np.isfinite(values))
-        bias = to_numpy(layer.output_bias)
+        bias = to_numpy(layer.output_dense.bias)
         np.testing.assert_allclose(values[:, 2], np.broadcast_to(bias, values[:, 2].shape), atol=1e-6)
         if len(outputs) == 2:
             np.testing.assert_array_equal(to_numpy(outputs[1])[:, :, 2], 0.0)
@@ -135,9 +135,9 @@ def test_fused_qkv_equals_separate_projections_in_self_and_cross_attention(input
     source = rng.normal(size=(BATCH, 4, WIDTH)).astype("float32")
     fused = _attention(fused_qkv=True)
     separate = _attention()
-    q, k, v = np.split(to_numpy(fused.qkv_kernel), 3, axis=-1)
-    qb, kb, vb = np.split(to_numpy(fused.qkv_bias), 3)
-    separate.set_weights([q, qb, k, kb, v, vb, to_numpy(fused.output_kernel), to_numpy(fused.output_bias)])
+    q, k, v = np.split(to_numpy(fused.qkv_dense.kernel), 3, axis=-1)
+    qb, kb, vb = np.split(to_numpy(fused.qkv_dense.bias), 3)
+    separate.set_weights([q, qb, k, kb, v, vb, to_numpy(fused.output_dense.kernel), to_numpy(fused.output_dense.bias)])
     # One tensor passed as query and value takes the single-matmul path.
     inputs = keras.ops.convert_to_tensor(inputs)
     for query, value in ((inputs, inputs), (inputs, source)):

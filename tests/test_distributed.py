@@ -59,7 +59,7 @@ class Record(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.losses.append(float(keras.ops.convert_to_numpy(logs["loss"])))
     def on_train_end(self, logs=None):
-        kernel = next(v for v in self.model.weights if v.path == "encoder_layer_0/self_attention/query_kernel")
+        kernel = next(v for v in self.model.weights if v.path == "encoder_layer_0/self_attention/query/kernel")
         sharding = getattr(kernel.value, "sharding", None)
         self.kernel = str(getattr(sharding, "spec", sharding))
 
@@ -144,10 +144,10 @@ def test_model_parallel_layout_map_splits_attention_and_feed_forward_kernels():
     layout_map = distribute.model_parallel_layout_map(None)
     column, row = (None, "model"), ("model", None)
     for path, axes in [
-        ("encoder_layer_0/self_attention/query_kernel", column),
-        ("decoder_layer_1/cross_attention/value_kernel", column),
-        ("decoder_layer_0/self_attention/qkv_kernel", column),
-        ("encoder_layer_0/self_attention/output_kernel", row),
+        ("encoder_layer_0/self_attention/query/kernel", column),
+        ("decoder_layer_1/cross_attention/value/kernel", column),
+        ("decoder_layer_0/self_attention/qkv/kernel", column),
+        ("encoder_layer_0/self_attention/attention_output/kernel", row),
         ("encoder_layer_0/feed_forward/hidden/kernel", column),
         ("decoder_layer_0/feed_forward/output/kernel", row),
     ]:

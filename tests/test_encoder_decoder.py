@@ -37,7 +37,7 @@ def test_head_size_is_d_model_over_num_heads(target):
     layer = EncoderLayer(D_MODEL, HEADS, FF_DIM)
     layer(target)
     assert layer.self_attention.key_dim == D_MODEL // HEADS
-    assert tuple(layer.self_attention.query_kernel.shape) == (D_MODEL, D_MODEL)
+    assert tuple(layer.self_attention.query_dense.kernel.shape) == (D_MODEL, D_MODEL)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_ln", "pre_ln"])
@@ -99,7 +99,7 @@ def test_attention_options_pass_through():
     assert attention.fused_qkv and attention.qkv_initializer == "fairseq"
     assert attention.scale == pytest.approx(1 / (D_MODEL // HEADS))
     assert attention.attention_dropout == pytest.approx(0.2)
-    np.testing.assert_array_equal(to_numpy(attention.output_kernel), 0.0)
+    np.testing.assert_array_equal(to_numpy(attention.output_dense.kernel), 0.0)
     np.testing.assert_array_equal(to_numpy(layer.feed_forward.output_dense.kernel), 0.0)
 
 

@@ -26,13 +26,13 @@ def _std(variable):
 
 def test_each_separate_projection_has_glorot_std_of_its_own_fans():
     layer = _built_attention()
-    for kernel in (layer.query_kernel, layer.key_kernel, layer.value_kernel, layer.output_kernel):
+    for kernel in (layer.query_dense.kernel, layer.key_dense.kernel, layer.value_dense.kernel, layer.output_dense.kernel):
         assert _std(kernel) == pytest.approx(GLOROT_STD, rel=0.02)
 
 
 def test_fused_qkv_slices_match_separate_std_not_fused_matrix_glorot():
     layer = _built_attention(fused_qkv=True)
-    kernel = to_numpy(layer.qkv_kernel)
+    kernel = to_numpy(layer.qkv_dense.kernel)
     assert kernel.shape == (D_MODEL, 3 * D_MODEL)
     for part in np.split(kernel, 3, axis=-1):
         assert np.std(part) == pytest.approx(GLOROT_STD, rel=0.02)
@@ -41,12 +41,12 @@ def test_fused_qkv_slices_match_separate_std_not_fused_matrix_glorot():
 
 def test_glorot_on_the_fused_matrix_is_offered_and_smaller():
     layer = _built_attention(fused_qkv=True, qkv_initializer="glorot_uniform")
-    assert _std(layer.qkv_kernel) == pytest.approx(FUSED_MATRIX_GLOROT_STD, rel=0.02)
+    assert _std(layer.qkv_dense.kernel) == pytest.approx(FUSED_MATRIX_GLOROT_STD, rel=0.02)
 
 
 def test_fairseq_variant_scales_each_slice_by_one_over_sqrt_two():
     layer = _built_attention(fused_qkv=True, qkv_initializer="fairseq")
-    assert _std(layer.qkv_kernel) == pytest.approx(GLOROT_STD * FAIRSEQ_QKV_GAIN, rel=0.02)
+    assert _std(layer.qkv_dense.kernel) == pytest.approx(GLOROT_STD * FAIRSEQ_QKV_GAIN, rel=0.02)
 
 
 def test_user_initializers_are_honoured_per_projection():
@@ -57,17 +57,17 @@ def test_user_initializers_are_honoured_per_projection():
         output_initializer=DepthScaled(num_layers=8),
         bias_initializer="ones",
     )
-    np.testing.assert_array_equal(to_numpy(layer.query_kernel), 0.5)
-    assert _std(layer.key_kernel) == pytest.approx(0.1, rel=0.02)
-    np.testing.assert_array_equal(to_numpy(layer.value_kernel), 0.0)
-    assert _std(layer.output_kernel) == pytest.approx(GLOROT_STD / 4.0, rel=0.02)
-    np.testing.assert_array_equal(to_numpy(layer.query_bias), 1.0)
+    np.testing.assert_array_equal(to_numpy(layer.query_dense.kernel), 0.5)
+    assert _std(layer.key_dense.kernel) == pytest.approx(0.1, rel=0.02)
+    np.testing.assert_array_equal(to_numpy(layer.value_dense.kernel), 0.0)
+    assert _std(layer.output_dense.kernel) == pytest.approx(GLOROT_STD / 4.0, rel=0.02)
+    np.testing.assert_array_equal(to_numpy(layer.query_dense.bias), 1.0)
 
 
 def test_one_seeded_initializer_gives_distinct_q_k_v():
     seeded = keras.initializers.GlorotUniform(seed=7)
     layer = _built_attention(query_initializer=seeded, key_initializer=seeded, value_initializer=seeded)
-    q, k, v = (to_numpy(w) for w in (layer.query_kernel, layer.key_kernel, layer.value_kernel))
+    q, k, v = (to_numpy(w) for w in (layer.query_dense.kernel, layer.key_dense.kernel, layer.value_dense.kernel))
     assert not np.allclose(q, k) and not np.allclose(k, v)
 
 
@@ -80,9 +80,9 @@ def test_fused_and_separate_layers_start_from_the_same_seeded_weights():
     separate = _built_attention(**seeded)
     fused = _built_attention(fused_qkv=True, **seeded)
     expected = np.concatenate(
-        [to_numpy(w) for w in (separate.query_kernel, separate.key_kernel, separate.value_kernel)], axis=-1
+        [to_numpy(w) for w in (separate.query_dense.kernel, separate.key_dense.kernel, separate.value_dense.kernel)], axis=-1
     )
-    np.testing.assert_array_equal(to_numpy(fused.qkv_kernel), expected)
+    np.testing.assert_array_equal(to_numpy(fused.qkv_dense.kernel), expected)
 
 
 def test_depth_scaled_divides_std_by_sqrt_two_num_layers():

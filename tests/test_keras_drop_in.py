@@ -22,13 +22,13 @@ def _copy_keras_weights(reference, ours, use_bias):
     for name in ("query", "key", "value"):
         dense = getattr(reference, f"{name}_dense")
         kernel = to_numpy(dense.kernel)
-        getattr(ours, f"{name}_kernel").assign(np.reshape(kernel, (kernel.shape[0], -1)))
+        getattr(ours, f"{name}_dense").kernel.assign(np.reshape(kernel, (kernel.shape[0], -1)))
         if use_bias:
-            getattr(ours, f"{name}_bias").assign(np.reshape(to_numpy(dense.bias), (-1,)))
+            getattr(ours, f"{name}_dense").bias.assign(np.reshape(to_numpy(dense.bias), (-1,)))
     kernel = to_numpy(reference.output_dense.kernel)
-    ours.output_kernel.assign(np.reshape(kernel, (-1, kernel.shape[-1])))
+    ours.output_dense.kernel.assign(np.reshape(kernel, (-1, kernel.shape[-1])))
     if use_bias:
-        ours.output_bias.assign(to_numpy(reference.output_dense.bias))
+        ours.output_dense.bias.assign(to_numpy(reference.output_dense.bias))
 
 
 @pytest.mark.parametrize(
@@ -71,8 +71,8 @@ def test_kernel_initializer_is_the_default_of_all_four_projections(inputs):
     )
     layer(query, source)
     for name, value in (("query", 1.0), ("key", 1.0), ("value", 0.0), ("output", 1.0)):
-        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_kernel")), value, err_msg=name)
-        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_bias")), 1.0, err_msg=name)
+        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_dense").kernel), value, err_msg=name)
+        np.testing.assert_array_equal(to_numpy(getattr(layer, f"{name}_dense").bias), 1.0, err_msg=name)
 
 
 def test_a_seeded_kernel_initializer_acts_like_one_passed_to_each_projection(inputs):
@@ -85,11 +85,11 @@ def test_a_seeded_kernel_initializer_acts_like_one_passed_to_each_projection(inp
         layer(query, query)
     for name in names:
         np.testing.assert_array_equal(
-            to_numpy(getattr(via_keras_name, f"{name}_kernel")),
-            to_numpy(getattr(via_own_names, f"{name}_kernel")),
+            to_numpy(getattr(via_keras_name, f"{name}_dense").kernel),
+            to_numpy(getattr(via_own_names, f"{name}_dense").kernel),
         )
     # Still one seed per projection: Q and K do not start equal.
-    assert not np.allclose(to_numpy(via_keras_name.query_kernel), to_numpy(via_keras_name.key_kernel))
+    assert not np.allclose(to_numpy(via_keras_name.query_dense.kernel), to_numpy(via_keras_name.key_dense.kernel))
 
 
 def test_dropout_drops_attention_weights_in_training_only(inputs):

@@ -1,23 +1,29 @@
 """Multi-head attention with per-projection initializers and a KV cache."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
 from keras_transformer.initializers import FusedQKV
 from keras_transformer.initializers import with_seed_offset
+from keras_transformer.layers import legacy_weights
+from keras_transformer.layers import quantized_policies
 from keras_transformer.layers.attention_arguments import check_arguments
+from keras_transformer.layers.attention_arguments import check_attention_axes
 from keras_transformer.layers.attention_arguments import check_build_shapes
 from keras_transformer.layers.attention_arguments import check_call_inputs
 from keras_transformer.layers.attention_arguments import get_qkv_initializer
 from keras_transformer.layers.attention_arguments import logit_scale_value
-from keras_transformer.layers.attention_arguments import output_shape_width
+from keras_transformer.layers.attention_arguments import parse_output_shape
 from keras_transformer.layers.attention_arguments import resolve_alias
 from keras_transformer.layers.attention_arguments import serialize_qkv_initializer
+from keras_transformer.layers.attention_kernel import attention_mask_as_rank4
 from keras_transformer.layers.attention_kernel import explicit_attention
 from keras_transformer.layers.attention_kernel import fused_attention
 from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
 from keras_transformer.layers.attention_kernel import kernel_masks
+from keras_transformer.layers.attention_kernel import merge_attention_masks
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -152,9 +158,16 @@ class MultiHeadAttention(keras.layers.Layer):
         logit_scale="sqrt",
         flash_attention=None,
         seed=None,
+        use_gate=False,
+        sliding_window=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         dropout=None,
         output_shape=None,
         kernel_initializer=None,
+        attention_axes=None,
         **kwargs,
     ):
         # Keras' names are resolved to this layer's own before the base
@@ -162,22 +175,35 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_dropout = resolve_alias(
             "attention_dropout", attention_dropout, "dropout", dropout, 0.0, float
         )
-        output_dim = resolve_alias(
-            "output_dim", output_dim, "output_shape", output_shape_width(output_shape), None, int
-        )
+        output_axes = parse_output_shape(output_shape)
+        if output_axes is not None and len(output_axes) > 1:
+            if output_dim is not None:
+                raise ValueError(
+                    f"MultiHeadAttention got output_dim={output_dim!r} and output_shape={output_shape!r}; "
+                    "pass one of them."
+                )
+            output_shape = output_axes
+        else:
+            output_dim = resolve_alias(
+                "output_dim", output_dim, "output_shape", output_axes and output_axes[0], None, int
+            )
+            output_shape = None
+        check_attention_axes(attention_axes)
         kernel_initializer = "glorot_uniform" if kernel_initializer is None else kernel_initializer
         query_initializer = kernel_initializer if query_initializer is None else query_initializer
         key_initializer = kernel_initializer if key_initializer is None else key_initializer
         value_initializer = kernel_initializer if value_initializer is None else value_initializer
         output_initializer = kernel_initializer if output_initializer is None else output_initializer
-        super().__init__(**kwargs)
-        value_dim = value_dim or key_dim
         check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropout,
-                        "attention_dropout" if dropout is None else "dropout", fused_qkv)
+                        "attention_dropout" if dropout is None else "dropout", fused_qkv,
+                        flash_attention, sliding_window)
+        super().__init__(**kwargs)
+        self.supports_masking = True
         self.num_heads = num_heads
         self.key_dim = key_dim
-        self.value_dim = value_dim
+        self.value_dim = key_dim if value_dim is None else value_dim
         self.output_dim = output_dim
+        self._output_axes = output_shape  # several output axes (Keras' tuple output_shape), or None
         self.attention_dropout = float(attention_dropout)
         self.use_bias = use_bias
         self.query_initializer = keras.initializers.get(query_initializer)
@@ -188,11 +214,19 @@ class MultiHeadAttention(keras.layers.Layer):
         self.fused_qkv = fused_qkv
         self.qkv_initializer = get_qkv_initializer(qkv_initializer)
         self.logit_scale = logit_scale
-        self.flash_attention = flash_attention
+        self._flash_attention = flash_attention
         self.seed = seed
+        self.use_gate = use_gate
+        self._sliding_window = sliding_window
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
         self._dropout = keras.layers.Dropout(
             self.attention_dropout, seed=seed, dtype=self.dtype_policy
         )
+        self._query_dense = self._key_dense = self._value_dense = None
+        self._qkv_dense = self._gate_dense = self._output_dense = None
 
     @property
     def dropout(self):
@@ -200,9 +234,51 @@ class MultiHeadAttention(keras.layers.Layer):
         return self.attention_dropout
 
     @property
+    def flash_attention(self):
+        """None (the backend picks), True (flash kernels) or False (explicit softmax)."""
+        return self._flash_attention
+
+    @property
+    def sliding_window(self):
+        """None, or how far apart (exclusive) a query and a key it sees may be."""
+        return self._sliding_window
+
+    @property
     def scale(self):
         """The float multiplying the attention logits."""
         return logit_scale_value(self.logit_scale, self.key_dim)
+
+    @property
+    def query_dense(self):
+        """W_Q as a Keras `Dense`, kernel `(query_width, num_heads * key_dim)`; None if fused."""
+        return self._query_dense
+
+    @property
+    def key_dense(self):
+        """W_K as a Keras `Dense`, kernel `(key_width, num_heads * key_dim)`; None if fused."""
+        return self._key_dense
+
+    @property
+    def value_dense(self):
+        """W_V as a Keras `Dense`, kernel `(value_width, num_heads * value_dim)`; None if fused."""
+        return self._value_dense
+
+    @property
+    def qkv_dense(self):
+        """The fused W_Q, W_K, W_V: a `Dense` with kernel `(width, 3 * num_heads * key_dim)`, or None."""
+        return self._qkv_dense
+
+    @property
+    def output_dense(self):
+        """W_O as a Keras `Dense`, kernel `(num_heads * value_dim, output_width)`."""
+        return self._output_dense
+
+    @property
+    def projections(self):
+        """The projection sublayers by name: "query", "key", "value" (or "qkv"), "gate", "output"."""
+        named = (("query", self._query_dense), ("key", self._key_dense), ("value", self._value_dense),
+                 ("qkv", self._qkv_dense), ("gate", self._gate_dense), ("output", self._output_dense))
+        return {name: layer for name, layer in named if layer is not None}
 
     def _fused_initializer(self):
         if self.qkv_initializer is None or self.qkv_initializer == "fairseq":
@@ -212,20 +288,22 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         return self.qkv_initializer
 
-    def _add_projection(self, name, shape, initializer, seed_offset):
-        kernel = self.add_weight(
-            name=f"{name}_kernel",
-            shape=shape,
-            initializer=with_seed_offset(initializer, seed_offset),
+    def _projection(self, name, units, initializer, seed_offset=None, activation=None):
+        if seed_offset is not None:
+            initializer = with_seed_offset(initializer, seed_offset)
+        return keras.layers.Dense(
+            units,
+            activation=activation,
+            use_bias=self.use_bias,
+            kernel_initializer=initializer,
+            bias_initializer=self.bias_initializer.__class__.from_config(self.bias_initializer.get_config()),
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_constraint=self.bias_constraint,
+            dtype=self.dtype_policy,
+            name=name,
         )
-        bias = None
-        if self.use_bias:
-            bias = self.add_weight(
-                name=f"{name}_bias",
-                shape=shape[-1:],
-                initializer=self.bias_initializer,
-            )
-        return kernel, bias
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -234,86 +312,64 @@ class MultiHeadAttention(keras.layers.Layer):
         value_width = value_shape[-1]
         self._input_widths = (query_width, value_width, key_width)
         heads = self.num_heads
+        # Kernels are the (width, heads * head_dim) matrices the projections
+        # are, so an initializer's fans are the projection's own.
         if self.fused_qkv:
             if not query_width == key_width == value_width:
                 raise ValueError(
                     "fused_qkv=True needs query, key and value of the same "
                     f"width, got {query_width}, {key_width}, {value_width}."
                 )
-            self.qkv_kernel = self.add_weight(
-                name="qkv_kernel",
-                shape=(query_width, 3 * heads * self.key_dim),
-                initializer=self._fused_initializer(),
-            )
-            self.qkv_bias = None
-            if self.use_bias:
-                self.qkv_bias = self.add_weight(
-                    name="qkv_bias",
-                    shape=(3 * heads * self.key_dim,),
-                    initializer=self.bias_initializer,
-                )
+            self._qkv_dense = self._projection("qkv", 3 * heads * self.key_dim, self._fused_initializer())
+            self._qkv_dense.build(query_shape)
         else:
-            self.query_kernel, self.query_bias = self._add_projection(
-                "query", (query_width, heads * self.key_dim), self.query_initializer, 0
+            self._query_dense = self._projection("query", heads * self.key_dim, self.query_initializer, 0)
+            self._query_dense.build(query_shape)
+            self._key_dense = self._projection("key", heads * self.key_dim, self.key_initializer, 1)
+            self._key_dense.build(key_shape)
+            self._value_dense = self._projection("value", heads * self.value_dim, self.value_initializer, 2)
+            self._value_dense.build(value_shape)
+        if self.use_gate:
+            # Keras' gated attention: sigmoid(query W_G) scales each head's output.
+            self._gate_dense = self._projection(
+                "gate", heads * self.value_dim, self.query_initializer, 4, activation="sigmoid"
             )
-            self.key_kernel, self.key_bias = self._add_projection(
-                "key", (key_width, heads * self.key_dim), self.key_initializer, 1
-            )
-            self.value_kernel, self.value_bias = self._add_projection(
-                "value", (value_width, heads * self.value_dim), self.value_initializer, 2
-            )
-        self.output_kernel, self.output_bias = self._add_projection(
-            "output",
-            (heads * self.value_dim, self.output_dim or query_width),
-            self.output_initializer,
-            3,
+            self._gate_dense.build(query_shape)
+        self._output_dense = self._projection(
+            "attention_output", self._output_width(query_width), self.output_initializer, 3
         )
+        self._output_dense.build(tuple(query_shape[:2]) + (heads * self.value_dim,))
         self.built = True
 
-    def _project(self, inputs, kernel, bias, head_dim):
-        # Explicit casts: `key_value_cache` runs outside Keras' autocast scope.
-        outputs = ops.matmul(inputs, ops.cast(kernel, inputs.dtype))
-        if bias is not None:
-            outputs = outputs + ops.cast(bias, inputs.dtype)
-        return ops.reshape(
-            outputs, tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim)
-        )
+    def _output_width(self, query_width):
+        if self._output_axes is not None:
+            return int(np.prod(self._output_axes))
+        return self.output_dim or query_width
 
-    def _qkv_parts(self):
-        """The (kernel, bias) pairs of Q, K and V, sliced from a fused kernel."""
-        if not self.fused_qkv:
-            return (
-                (self.query_kernel, self.query_bias),
-                (self.key_kernel, self.key_bias),
-                (self.value_kernel, self.value_bias),
-            )
-        width = self.num_heads * self.key_dim
-        kernel = ops.convert_to_tensor(self.qkv_kernel)
-        bias = None if self.qkv_bias is None else ops.convert_to_tensor(self.qkv_bias)
-        return tuple(
-            (
-                kernel[:, i * width : (i + 1) * width],
-                None if bias is None else bias[i * width : (i + 1) * width],
-            )
-            for i in range(3)
-        )
+    def _heads(self, x, head_dim):
+        return ops.reshape(x, tuple(ops.shape(x)[:-1]) + (self.num_heads, head_dim))
+
+    def _split_qkv(self, inputs):
+        """The fused projection of `inputs`, as Q, K and V heads."""
+        qkv = self._qkv_dense(inputs)
+        # The kernel is laid out [Q | K | V]: split before the head reshape.
+        return [self._heads(part, self.key_dim) for part in ops.split(qkv, 3, axis=-1)]
 
     def _project_qkv(self, query, key, value, project_kv):
-        if self.fused_qkv and project_kv and query is key and key is value:
-            # Self-attention: one matmul for all three projections. The
-            # kernel is laid out [Q | K | V], so split before the head reshape.
-            qkv = ops.matmul(query, self.qkv_kernel)
-            if self.qkv_bias is not None:
-                qkv = qkv + self.qkv_bias
-            heads_shape = tuple(ops.shape(query)[:-1]) + (self.num_heads, self.key_dim)
-            return tuple(ops.reshape(part, heads_shape) for part in ops.split(qkv, 3, axis=-1))
-        (qk, qb), (kk, kb), (vk, vb) = self._qkv_parts()
-        q = self._project(query, qk, qb, self.key_dim)
-        if not project_kv:
-            return q, None, None
-        k = self._project(key, kk, kb, self.key_dim)
-        v = self._project(value, vk, vb, self.value_dim)
-        return q, k, v
+        if not self.fused_qkv:
+            q = self._heads(self._query_dense(query), self.key_dim)
+            if not project_kv:
+                return q, None, None
+            return q, self._heads(self._key_dense(key), self.key_dim), self._heads(
+                self._value_dense(value), self.value_dim)
+        # A fused kernel projects an input to all three at once; different
+        # inputs (cross-attention) each take the part they need.
+        q, k, v = self._split_qkv(query)
+        if project_kv and key is not query:
+            _, k, _ = self._split_qkv(key)
+        if project_kv and value is not query:
+            _, _, v = self._split_qkv(value) if value is not key else (None, None, self._split_qkv(key)[2])
+        return q, (k if project_kv else None), (v if project_kv else None)
 
     def key_value_cache(self, value, key=None):
         """Projects keys and values once, as a read-only cache.
@@ -343,10 +399,15 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         if self.value_dim != self.key_dim:
             raise ValueError("key_value_cache needs value_dim == key_dim.")
-        key = value if key is None else key
-        _, (key_kernel, key_bias), (value_kernel, value_bias) = self._qkv_parts()
-        keys = self._project(key, key_kernel, key_bias, self.key_dim)
-        values = self._project(value, value_kernel, value_bias, self.value_dim)
+        value = ops.convert_to_tensor(value)
+        key = value if key is None else ops.convert_to_tensor(key)
+        if self.fused_qkv:
+            _, keys, values = self._split_qkv(key)
+            if value is not key:
+                values = self._split_qkv(value)[2]
+        else:
+            keys = self._heads(self._key_dense(key), self.key_dim)
+            values = self._heads(self._value_dense(value), self.value_dim)
         return ops.stack([keys, values], axis=1)
 
     def attention_logits(self, query, key=None):
@@ -374,10 +435,140 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         query = ops.convert_to_tensor(query)
         key = query if key is None else ops.convert_to_tensor(key)
-        (query_kernel, query_bias), (key_kernel, key_bias), _ = self._qkv_parts()
-        q = self._project(query, query_kernel, query_bias, self.key_dim)
-        k = self._project(key, key_kernel, key_bias, self.key_dim)
+        q, k, _ = self._project_qkv(query, key, key, True)
         return ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * self.scale
+
+    def projection_weights(self):
+        """W_Q, W_K, W_V, W_O and their biases as NumPy matrices, as the layer computes with them.
+
+        The matrix layout every other toolkit uses (`x @ kernel + bias`):
+        Q, K and V kernels `(input_width, num_heads * head_dim)`, the output
+        kernel `(num_heads * value_dim, output_width)`; a fused kernel is
+        split into its three slices, and LoRA adapters are merged in. For
+        exporters (CTranslate2) and diagnostics.
+
+        Returns:
+            dict from "query", "key", "value", "output" (and "gate" with
+            `use_gate`) to `(kernel, bias)` float NumPy arrays, `bias` None
+            without biases.
+
+        Raises:
+            ValueError: the layer is quantized (its kernels are integers).
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> _ = mha(np.zeros((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"))
+        >>> {name: kernel.shape for name, (kernel, _) in mha.projection_weights().items()}
+        {'query': (8, 8), 'key': (8, 8), 'value': (8, 8), 'output': (8, 8)}
+        """
+        weights = {}
+        for name, layer in self.projections.items():
+            if layer.quantization_mode is not None:
+                raise ValueError(
+                    f"MultiHeadAttention {self.name!r} is quantized ({layer.quantization_mode}): its "
+                    "kernels are integers. Read the weights before `quantize`, or from the float model."
+                )
+            kernel = ops.convert_to_numpy(layer.kernel).astype("float32")
+            bias = None if layer.bias is None else ops.convert_to_numpy(layer.bias).astype("float32")
+            weights[name] = (kernel, bias)
+        if self.fused_qkv:
+            kernel, bias = weights.pop("qkv")
+            kernels, biases = np.split(kernel, 3, axis=-1), (None,) * 3 if bias is None else np.split(bias, 3)
+            weights = {**dict(zip(("query", "key", "value"), zip(kernels, biases))), **weights}
+        return {name: weights[name] for name in ("query", "key", "value", "gate", "output") if name in weights}
+
+    def enable_lora(self, rank, lora_alpha=None, targets=("query", "value"), a_initializer="he_uniform",
+                    b_initializer="zeros"):
+        """Adds low-rank adapters (Keras' `Dense.enable_lora`) to some projections.
+
+        Each chosen projection's kernel W is frozen and `W + (lora_alpha /
+        rank) * A @ B` trains instead (the rest of the layer is left as it
+        is; `keras_transformer.lora.enable_lora` freezes a whole model) (LoRA, Hu et al. 2021, applies it to
+        W_Q and W_V, the default here as in KerasHub). With `fused_qkv`,
+        asking for any of "query", "key", "value" adapts the fused kernel.
+        A model saved with adapters stores the merged kernels, so it loads
+        and translates as a plain model.
+
+        Args:
+            rank: int, the adapters' rank.
+            lora_alpha: float, their scale numerator. Defaults to `rank`.
+            targets: names among "query", "key", "value", "output" and
+                "gate". Defaults to `("query", "value")`.
+            a_initializer, b_initializer: initializers of A and B (B starts
+                at zero, so the layer starts unchanged).
+
+        Returns:
+            The list of `Dense` layers given adapters.
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> _ = mha(np.zeros((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"))
+        >>> [layer.name for layer in mha.enable_lora(2)]
+        ['query', 'value']
+        >>> len(mha.trainable_weights)  # W_Q, W_V frozen: their adapters, W_K, W_O, 4 biases
+        10
+        """
+        if not self.built:
+            raise ValueError(f"MultiHeadAttention {self.name!r} must be built (called once) before enable_lora.")
+        targets = (targets,) if isinstance(targets, str) else tuple(targets)
+        known = ("query", "key", "value", "output", "gate")
+        unknown = [name for name in targets if name not in known]
+        if unknown or not targets:
+            raise ValueError(f"enable_lora targets must be some of {known}, got targets={targets!r}.")
+        projections = self.projections
+        if self.fused_qkv and {"query", "key", "value"} & set(targets):
+            targets = ("qkv",) + tuple(name for name in targets if name not in ("query", "key", "value"))
+        missing = [name for name in targets if name not in projections]
+        if missing:
+            raise ValueError(
+                f"MultiHeadAttention {self.name!r} has no {missing[0]!r} projection (use_gate={self.use_gate})."
+            )
+        layers = [projections[name] for name in targets]
+        for layer in layers:
+            layer.enable_lora(rank, lora_alpha=lora_alpha, a_initializer=a_initializer,
+                              b_initializer=b_initializer)
+        return layers
+
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None,
+                           return_attention_scores=False, use_causal_mask=False):
+        """Attention over projected heads, as Keras' layer's override point of that name.
+
+        Args:
+            query, key, value: projected heads `(batch, length, num_heads,
+                head_dim)`.
+            attention_mask: bool mask of any shape `attention_mask_as_rank4`
+                takes, or None.
+            training: bool, enables attention dropout.
+            return_attention_scores: bool, also compute the float32 weights.
+            use_causal_mask: bool, add the causal mask.
+
+        Returns:
+            `(outputs, scores)`: `(batch, query_length, num_heads,
+            value_dim)` and the weights `(batch, num_heads, query_length,
+            key_length)`, or None when not asked for.
+        """
+        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        mask = None if attention_mask is None else attention_mask_as_rank4(attention_mask)
+        causal = use_causal_mask and mask is None
+        if use_causal_mask and mask is not None:
+            mask = ops.logical_and(mask, merge_attention_masks(query_length, key_length, use_causal_mask=True))
+        explicit = (
+            return_attention_scores
+            or self._flash_attention is False
+            or (training and self.attention_dropout > 0.0)
+            or (mask is not None and fused_kernel_is_wrong(query_length, key_length))
+            # JAX's fused kernel assumes one head size for keys and values.
+            or (self.value_dim != self.key_dim and keras.backend.backend() == "jax")
+        )
+        if explicit:
+            return explicit_attention(
+                query, key, value, mask, causal, self.scale, lambda w: self._dropout(w, training=training)
+            )
+        return fused_attention(query, key, value, mask, causal, self.scale, self._flash_attention), None
 
     def call(
         self,
@@ -403,6 +594,11 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         check_call_inputs(f"MultiHeadAttention {self.name!r}", getattr(self, "_input_widths", None),
                           query, value, key, masks, cache)
+        if return_attention_scores and self._flash_attention:
+            raise ValueError(
+                "Returning attention scores is not supported when flash attention is enabled. Please "
+                "disable flash attention to access attention scores."
+            )
         key_mask = value_mask if key_mask is None else key_mask
         read_only_cache = cache is not None and cache_index is None
         if cache is not None:
@@ -416,32 +612,29 @@ class MultiHeadAttention(keras.layers.Layer):
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         mask, fast_causal, answered = kernel_masks(
-            query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask, cache_index
+            query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask, cache_index,
+            self._sliding_window,
         )
-        explicit = (
-            return_attention_scores
-            or self.flash_attention is False
-            or (training and self.attention_dropout > 0.0)
-            or (mask is not None and fused_kernel_is_wrong(query_length, key_length))
+        if fast_causal and type(self)._compute_attention is not MultiHeadAttention._compute_attention:
+            # As in Keras: a subclass overriding `_compute_attention` (maybe
+            # with Keras' older signature) gets the causal mask as a tensor.
+            mask, fast_causal = merge_attention_masks(query_length, key_length, use_causal_mask=True), False
+        extra = {"use_causal_mask": True} if fast_causal else {}
+        outputs, scores = self._compute_attention(
+            q, k, v, attention_mask=mask, training=training, return_attention_scores=return_attention_scores,
+            **extra,
         )
-        if explicit:
-            outputs, scores = explicit_attention(
-                q, k, v, mask, fast_causal, self.scale, lambda w: self._dropout(w, training=training)
-            )
-        else:
-            outputs = fused_attention(q, k, v, mask, fast_causal, self.scale, self.flash_attention)
         if answered is not None:
-            answered = ops.broadcast_to(answered, ops.shape(outputs)[:2])
-            outputs = ops.where(answered[:, :, None, None], outputs, ops.zeros_like(outputs))
+            rows = ops.expand_dims(ops.transpose(answered, (0, 2, 1)), -1)  # (batch, query, heads, 1)
+            outputs = ops.where(rows, outputs, ops.zeros_like(outputs))
             if return_attention_scores:
-                scores = ops.where(answered[:, None, :, None], scores, ops.zeros_like(scores))
-
-        outputs = ops.reshape(
-            outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,)
-        )
-        outputs = ops.matmul(outputs, self.output_kernel)
-        if self.output_bias is not None:
-            outputs = outputs + self.output_bias
+                scores = ops.where(ops.expand_dims(answered, -1), scores, ops.zeros_like(scores))
+        if self._gate_dense is not None:
+            outputs = outputs * self._heads(self._gate_dense(query), self.value_dim)
+        outputs = ops.reshape(outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,))
+        outputs = self._output_dense(outputs)
+        if self._output_axes is not None:
+            outputs = ops.reshape(outputs, tuple(ops.shape(outputs)[:2]) + self._output_axes)
         results = (outputs,)
         if return_attention_scores:
             results += (scores,)
@@ -449,16 +642,84 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
-    def compute_mask(self, inputs, mask=None):
-        return mask
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        """`(batch, query_length, output width)`; Keras' value/key check first.
+
+        Example:
+
+        >>> MultiHeadAttention(num_heads=2, key_dim=2, output_shape=5).compute_output_shape((7, 4, 8), (7, 2, 8))
+        (7, 4, 5)
+        """
+        key_shape = value_shape if key_shape is None else key_shape
+        check_build_shapes(f"MultiHeadAttention {self.name!r}", query_shape, value_shape, key_shape)
+        if self._output_axes is not None:
+            return tuple(query_shape[:-1]) + self._output_axes
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+                            attention_mask=None, use_causal_mask=False, return_attention_scores=False,
+                            training=None, cache=None, cache_index=None):
+        key_shape = None if key is None else key.shape
+        shape = self.compute_output_shape(query.shape, value.shape, key_shape)
+        results = (keras.KerasTensor(shape, dtype=self.compute_dtype),)
+        key_length = value.shape[1] if cache is None else cache.shape[2]
+        if return_attention_scores:
+            scores = (query.shape[0], self.num_heads, query.shape[1], key_length)
+            results += (keras.KerasTensor(scores, dtype="float32"),)
+        if cache is not None:
+            results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
+        return results[0] if len(results) == 1 else results
+
+    def compute_mask(self, inputs, previous_mask=None):
+        # Keras passes the query and its mask: the output keeps the query's.
+        return previous_mask
+
+    def set_weights(self, weights):
+        """Sets the weights; Keras' `MultiHeadAttention` layout is reshaped to this layer's.
+
+        Keras' layer keeps `(width, heads, head_dim)` kernels and
+        `(heads, head_dim)` biases, and `(heads, head_dim, width)` for the
+        output; this layer the same numbers as matrices. An array of the
+        right size in the other layout is reshaped, so
+        `ours.set_weights(keras_layer.get_weights())` works.
+
+        Args:
+            weights: a list of arrays, in `self.weights` order.
+        """
+        weights = [np.asarray(w) for w in weights]
+        if len(weights) == len(self.weights):
+            weights = [
+                np.reshape(w, v.shape) if w.shape != tuple(v.shape) and w.size == np.prod(v.shape) else w
+                for w, v in zip(weights, self.weights)
+            ]
+        super().set_weights(weights)
+
+    def load_own_variables(self, store):
+        # The layout written up to 1bfd57a: the projections as this layer's
+        # own weights (see `legacy_weights`). Now it has none of its own.
+        if len(store.keys()):
+            legacy_weights.assign_to_sublayers(
+                f"MultiHeadAttention {self.name!r}",
+                legacy_weights.stored_arrays(store),
+                [layer for name, layer in self.projections.items() if name != "gate"],
+            )
 
     def get_config(self):
         config = super().get_config()
+        config["dtype"] = quantized_policies.config_dtype(self)
         plain = ("num_heads", "key_dim", "value_dim", "output_dim", "attention_dropout", "use_bias", "fused_qkv",
-                 "logit_scale", "flash_attention", "seed")
+                 "logit_scale", "flash_attention", "seed", "use_gate", "sliding_window")
         initializers = ("query_initializer", "key_initializer", "value_initializer", "output_initializer",
                         "bias_initializer")
         config.update({name: getattr(self, name) for name in plain})
         config.update({name: keras.initializers.serialize(getattr(self, name)) for name in initializers})
         config["qkv_initializer"] = serialize_qkv_initializer(self.qkv_initializer)
+        if self._output_axes is not None:
+            config["output_shape"] = list(self._output_axes)
+        config.update({
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+        })
         return config

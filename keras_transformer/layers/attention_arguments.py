@@ -69,34 +69,76 @@ def resolve_alias(name, value, keras_name, keras_value, default, kind):
     return keras_value
 
 
-def output_shape_width(output_shape):
-    """Keras' `output_shape` (an int or a tuple of one int) as an int, or None.
+def parse_output_shape(output_shape):
+    """Keras' `output_shape` (an int, or a tuple of ints) as a tuple of ints, or None.
 
     Example:
 
-    >>> output_shape_width((16,))
-    16
+    >>> parse_output_shape(16), parse_output_shape([2, 8])
+    ((16,), (2, 8))
     """
     if output_shape is None:
         return None
-    width = output_shape
-    if isinstance(output_shape, (tuple, list)) and len(output_shape) == 1:
-        (width,) = output_shape
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+    axes = (output_shape,) if isinstance(output_shape, int) else output_shape
+    if not isinstance(axes, (tuple, list)) or not axes or any(
+        isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in axes
+    ):
         raise ValueError(
-            "MultiHeadAttention's output projection maps each position to a "
-            "vector, so `output_shape` must be a positive int or a tuple of "
-            f"one positive int (or use output_dim), got output_shape={output_shape!r}."
+            f"Invalid `output_shape`, got output_shape={output_shape!r}: it must be a positive int or "
+            "a tuple of positive ints, the shape of each query position's output (or use output_dim)."
         )
-    return width
+    return tuple(axes)
 
 
-def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropout, dropout_name, fused_qkv):
+def check_positive_int(name, value, optional=False):
+    """Raises `ValueError` unless `value` is a positive int (or None if `optional`).
+
+    The message names "the argument `name`", as Keras' own layer does.
+
+    Example:
+
+    >>> check_positive_int("value_dim", 1.5, optional=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: MultiHeadAttention needs a positive int for the argument `value_dim`, got value_dim=1.5.
+    """
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"MultiHeadAttention needs a positive int for the argument `{name}`, got {name}={value!r}."
+        )
+
+
+def check_attention_axes(attention_axes):
+    """Accepts Keras' `attention_axes` only where it means this layer's one sequence axis.
+
+    Example:
+
+    >>> check_attention_axes((1,))
+    >>> check_attention_axes((1, 2))
+    Traceback (most recent call last):
+    ...
+    ValueError: This MultiHeadAttention attends over the one sequence axis of (batch, length, width) inputs, so attention_axes must be None or that axis (1 or -2), got attention_axes=(1, 2). Use keras.layers.MultiHeadAttention for attention over other axes.
+    """
+    axes = (attention_axes,) if isinstance(attention_axes, int) else attention_axes
+    if axes is None or tuple(axes) in ((1,), (-2,)):
+        return
+    raise ValueError(
+        "This MultiHeadAttention attends over the one sequence axis of (batch, length, width) "
+        "inputs, so attention_axes must be None or that axis (1 or -2), got "
+        f"attention_axes={attention_axes!r}. Use keras.layers.MultiHeadAttention for attention "
+        "over other axes."
+    )
+
+
+def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropout, dropout_name, fused_qkv,
+                    flash_attention=None, sliding_window=None):
     """Raises `ValueError` for constructor arguments the layer cannot use.
 
     Args:
         num_heads, key_dim, value_dim, logit_scale, attention_dropout,
-        fused_qkv: as `MultiHeadAttention`.
+        fused_qkv, flash_attention, sliding_window: as `MultiHeadAttention`.
         dropout_name: the name the dropout rate was given under
             (`"attention_dropout"` or Keras' `"dropout"`), for the message.
 
@@ -105,14 +147,17 @@ def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropou
     >>> check_arguments(8, 0, 0, "sqrt", 0.0, "dropout", False)
     Traceback (most recent call last):
     ...
-    ValueError: MultiHeadAttention needs a positive int key_dim, got key_dim=0.
+    ValueError: MultiHeadAttention needs a positive int for the argument `key_dim`, got key_dim=0.
     """
-    for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"MultiHeadAttention needs a positive int {name}, got "
-                f"{name}={value!r}."
-            )
+    check_positive_int("num_heads", num_heads)
+    check_positive_int("key_dim", key_dim)
+    check_positive_int("value_dim", value_dim, optional=True)
+    if sliding_window is not None and (
+        isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1
+    ):
+        raise ValueError(
+            f"`sliding_window` must be None or a positive int, got sliding_window={sliding_window!r}."
+        )
     if not (
         logit_scale in LOGIT_SCALES or isinstance(logit_scale, (int, float))
     ):
@@ -125,7 +170,13 @@ def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropou
             f"{dropout_name} (attention-weight dropout) must be in [0, 1), got "
             f"{dropout_name}={attention_dropout!r}."
         )
-    if fused_qkv and value_dim != key_dim:
+    if flash_attention and attention_dropout > 0.0:
+        # Keras' message: flash kernels have no attention-weight dropout.
+        raise ValueError(
+            "Dropout is not supported when flash attention is enabled. Please set dropout to 0.0 "
+            f"to use flash attention (got flash_attention=True and {dropout_name}={attention_dropout})."
+        )
+    if fused_qkv and value_dim is not None and value_dim != key_dim:
         raise ValueError(
             "fused_qkv=True needs value_dim == key_dim, got "
             f"key_dim={key_dim}, value_dim={value_dim}."
@@ -135,13 +186,20 @@ def check_arguments(num_heads, key_dim, value_dim, logit_scale, attention_dropou
 def check_build_shapes(owner, query_shape, value_shape, key_shape):
     """Raises unless each input is `(batch, length, width)` with a known width.
 
+    Key and value are compared first, with Keras' message ("must be equal").
+
     Example:
 
-    >>> check_build_shapes("MultiHeadAttention 'mha'", (1, 2, 8), (1, 3), (1, 3, 8))
+    >>> check_build_shapes("MultiHeadAttention 'mha'", (1, 2, 8), (1, 3), (1, 3))
     Traceback (most recent call last):
     ...
     ValueError: MultiHeadAttention 'mha' expects `value` of shape (batch, length, width) with a known width, got shape (1, 3).
     """
+    if tuple(value_shape[1:-1]) != tuple(key_shape[1:-1]):
+        raise ValueError(
+            f"{owner}: all dimensions of `value` and `key`, except the last one, must be equal. "
+            f"Received: value_shape={tuple(value_shape)} and key_shape={tuple(key_shape)}."
+        )
     for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
         if len(shape) != 3 or shape[-1] is None:
             raise ValueError(
@@ -193,8 +251,26 @@ def check_call_inputs(owner, built_widths, query, value, key, masks, cache):
         "query_mask": (("batch", batch), ("query_length", query_length)),
         "value_mask": (("batch", batch), ("key_length", key_length)),
         "key_mask": (("batch", batch), ("key_length", key_length)),
-        "attention_mask": (("batch", batch), ("query_length", query_length), ("key_length", key_length)),
     }
     for name, mask in masks.items():
-        if mask is not None:
+        if mask is not None and name != "attention_mask":
             input_checks.check_shape(owner, name, mask, expected[name])
+    _check_attention_mask(owner, masks.get("attention_mask"), batch, query_length, key_length)
+
+
+def _check_attention_mask(owner, mask, batch, query_length, key_length):
+    """An explicit mask of any shape Keras broadcasts: `(q, k)`, `(1 or b, q, k)`, `(b, heads, q, k)`."""
+    shape = None if mask is None else input_checks.static_shape(mask)
+    if shape is None:
+        return
+    ends = shape[-2:] if len(shape) >= 2 else ()
+    lengths_fit = len(ends) == 2 and all(
+        got is None or want is None or got == want for got, want in zip(ends, (query_length, key_length))
+    )
+    batch_fits = len(shape) == 2 or shape[0] in (None, 1, batch) or batch is None
+    if len(shape) not in (2, 3, 4) or not lengths_fit or not batch_fits:
+        raise ValueError(
+            f"{owner} expects `attention_mask` of shape (query_length, key_length), (batch or 1, "
+            "query_length, key_length) or (batch or 1, num_heads or 1, query_length, key_length) "
+            f"with query_length={query_length}, key_length={key_length}, batch={batch}; got shape {shape}."
+        )

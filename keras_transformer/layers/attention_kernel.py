@@ -38,6 +38,40 @@ def fused_kernel_is_wrong(query_length, key_length):
     return any(isinstance(n, int) and n % 128 == 64 for n in (query_length, key_length))
 
 
+def _as_rank4(mask, axes):
+    """Adds size-1 axes at `axes` (expand_dims, not `x[:, None]`: LiteRT has no
+    builtin strided slice with new axes, so indexing with None needs Flex ops)."""
+    for axis in axes:
+        mask = ops.expand_dims(mask, axis)
+    return mask
+
+
+def attention_mask_as_rank4(attention_mask):
+    """An explicit `attention_mask` in any shape Keras accepts, as bool rank 4.
+
+    Keras' `MultiHeadAttention` broadcasts `(query, key)`, `(1 or batch,
+    query, key)` and `(batch, num_heads, query, key)`; so does this layer.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(attention_mask_as_rank4(np.ones((3, 4), bool)).shape)
+    (1, 1, 3, 4)
+    """
+    mask = ops.cast(attention_mask, "bool")
+    rank = len(mask.shape)
+    if rank == 2:
+        return _as_rank4(mask, (0, 0))
+    if rank == 3:
+        return _as_rank4(mask, (1,))
+    if rank == 4:
+        return mask
+    raise ValueError(
+        "attention_mask must have shape (query_length, key_length), (batch, query_length, "
+        f"key_length) or (batch, num_heads, query_length, key_length), got shape {tuple(mask.shape)}."
+    )
+
+
 def merge_attention_masks(
     query_length,
     key_length,
@@ -46,8 +80,9 @@ def merge_attention_masks(
     attention_mask=None,
     use_causal_mask=False,
     cache_index=None,
+    sliding_window=None,
 ):
-    """Combines padding, explicit and causal masks into one boolean mask.
+    """Combines padding, explicit, causal and sliding-window masks into one boolean mask.
 
     Serves training and cached decoding alike: with `cache_index`, query i
     sits at absolute position `cache_index + i`, so the causal rule is
@@ -59,39 +94,42 @@ def merge_attention_masks(
         key_length: number of key positions.
         query_mask: bool `(batch, query_length)`, True for real queries.
         key_mask: bool `(batch, key_length)`, True for real keys.
-        attention_mask: bool `(batch, query_length, key_length)`.
+        attention_mask: bool, any shape `attention_mask_as_rank4` takes.
         use_causal_mask: bool, hide keys after each query.
         cache_index: int or scalar tensor, position of the first query.
+        sliding_window: int or None; key j is visible from query i only if
+            `|i - j| < sliding_window` (with the causal mask: the query and
+            the `sliding_window - 1` keys before it).
 
     Returns:
-        Bool tensor broadcastable to `(batch, query_length, key_length)`,
-        True where attention is allowed, or None when nothing is masked.
+        Bool tensor broadcastable to `(batch, num_heads, query_length,
+        key_length)`, True where attention is allowed, or None when nothing
+        is masked.
 
     Example:
 
     >>> mask = merge_attention_masks(3, 3, use_causal_mask=True)
-    >>> keras.ops.convert_to_numpy(mask)[0].astype(int).tolist()
+    >>> keras.ops.convert_to_numpy(mask)[0, 0].astype(int).tolist()
     [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
     masks = []
     if query_mask is not None:
-        masks.append(ops.cast(query_mask, "bool")[:, :, None])
+        masks.append(_as_rank4(ops.cast(query_mask, "bool"), (1, 3)))
     if key_mask is not None:
-        masks.append(ops.cast(key_mask, "bool")[:, None, :])
+        masks.append(_as_rank4(ops.cast(key_mask, "bool"), (1, 1)))
     if attention_mask is not None:
-        masks.append(ops.cast(attention_mask, "bool"))
-    if use_causal_mask or cache_index is not None:
+        masks.append(attention_mask_as_rank4(attention_mask))
+    if use_causal_mask or cache_index is not None or sliding_window is not None:
         offset = 0 if cache_index is None else ops.cast(cache_index, "int32")
-        query_positions = ops.arange(query_length, dtype="int32") + offset
-        key_positions = ops.arange(key_length, dtype="int32")
+        query_positions = ops.expand_dims(ops.arange(query_length, dtype="int32") + offset, 1)
+        key_positions = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
         if use_causal_mask:
-            visible = key_positions[None, :] <= query_positions[:, None]
+            visible = key_positions <= query_positions
         else:
-            visible = ops.broadcast_to(
-                key_positions[None, :] < offset + query_length,
-                (query_length, key_length),
-            )
-        masks.append(visible[None, :, :])
+            visible = ops.broadcast_to(key_positions < offset + query_length, (query_length, key_length))
+        if sliding_window is not None:
+            visible = ops.logical_and(visible, ops.abs(query_positions - key_positions) < sliding_window)
+        masks.append(_as_rank4(visible, (0, 0)))
     if not masks:
         return None
     merged = masks[0]
@@ -101,7 +139,7 @@ def merge_attention_masks(
 
 
 def kernel_masks(query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask,
-                 cache_index):
+                 cache_index, sliding_window=None):
     """The mask the attention kernel gets, and the query rows that get an output.
 
     The query padding mask never enters the kernel's mask: a padded query
@@ -115,14 +153,15 @@ def kernel_masks(query_length, key_length, query_mask, key_mask, attention_mask,
 
     Args:
         query_length, key_length, query_mask, key_mask, attention_mask,
-        use_causal_mask, cache_index: as `merge_attention_masks`.
+        use_causal_mask, cache_index, sliding_window: as
+        `merge_attention_masks`.
 
     Returns:
         `(mask, fast_causal, answered)`: the bool kernel mask
-        `(batch, query_length, key_length)` or None; True when the kernel
-        can apply the causal mask itself (`is_causal`) and `mask` is None;
-        bool `(batch, query_length)` of the rows that get an output, or
-        None for all.
+        `(batch or 1, num_heads or 1, query_length, key_length)` or None;
+        True when the kernel can apply the causal mask itself (`is_causal`)
+        and `mask` is None; bool `(batch or 1, num_heads or 1,
+        query_length)` of the rows that get an output, or None for all.
 
     Example:
 
@@ -130,7 +169,8 @@ def kernel_masks(query_length, key_length, query_mask, key_mask, attention_mask,
     >>> mask is None, fast_causal, answered is None
     (True, True, True)
     """
-    fast_causal = use_causal_mask and cache_index is None and key_mask is None and attention_mask is None
+    fast_causal = (use_causal_mask and cache_index is None and key_mask is None and attention_mask is None
+                   and sliding_window is None)
     mask = None
     if not fast_causal:
         mask = merge_attention_masks(
@@ -140,14 +180,15 @@ def kernel_masks(query_length, key_length, query_mask, key_mask, attention_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
             cache_index=cache_index,
+            sliding_window=sliding_window,
         )
     answered = None
     if mask is not None:
         has_key = ops.any(mask, axis=-1)
-        mask = ops.logical_or(mask, ops.logical_not(has_key)[..., None])
+        mask = ops.logical_or(mask, ops.expand_dims(ops.logical_not(has_key), -1))
         answered = has_key
     if query_mask is not None:
-        query_mask = ops.cast(query_mask, "bool")
+        query_mask = ops.expand_dims(ops.cast(query_mask, "bool"), 1)
         answered = query_mask if answered is None else ops.logical_and(answered, query_mask)
     return mask, fast_causal, answered
 
@@ -157,7 +198,8 @@ def fused_attention(q, k, v, mask, causal, scale, flash_attention):
 
     Args:
         q, k, v: `(batch, length, num_heads, head_dim)`.
-        mask: bool `(batch, query_length, key_length)` or None.
+        mask: bool, broadcastable to `(batch, num_heads, query_length,
+            key_length)`, of rank 4, or None.
         causal: bool, let the kernel apply the causal mask itself.
         scale: float on the logits.
         flash_attention: as `keras.ops.dot_product_attention`.
@@ -172,10 +214,10 @@ def fused_attention(q, k, v, mask, causal, scale, flash_attention):
     (1, 3, 2, 4)
     """
     if mask is not None:
-        # cuDNN takes a mask of the full (batch, 1, query, key) shape only; a
-        # broadcastable one makes JAX fall back to XLA.
-        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
-        mask = ops.broadcast_to(mask[:, None, :, :], (ops.shape(mask)[0], 1, query_length, key_length))
+        # cuDNN takes a mask of the full (batch, heads or 1, query, key)
+        # shape only; a broadcastable one makes JAX fall back to XLA.
+        full = (ops.shape(q)[0], ops.shape(mask)[1], ops.shape(q)[1], ops.shape(k)[1])
+        mask = ops.broadcast_to(mask, full)
     return ops.dot_product_attention(
         q, k, v, mask=mask, scale=scale, is_causal=causal, flash_attention=flash_attention
     )
@@ -205,7 +247,7 @@ def explicit_attention(q, k, v, mask, causal, scale, dropout):
     if causal:
         mask = merge_attention_masks(ops.shape(q)[1], ops.shape(k)[1], use_causal_mask=True)
     if mask is not None:
-        logits = ops.where(mask[:, None, :, :], logits, MASKED_LOGIT)
+        logits = ops.where(mask, logits, MASKED_LOGIT)
     scores = ops.softmax(logits, axis=-1)
     outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(dropout(scores), v.dtype), v)
     return outputs, scores

@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers import quantized_policies
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
@@ -83,6 +85,7 @@ class FeedForward(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        config["dtype"] = quantized_policies.config_dtype(self)
         config.update(
             {
                 "ff_dim": self.ff_dim,

@@ -7,6 +7,8 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.layers import input_checks
+from keras_transformer.layers import legacy_weights
+from keras_transformer.layers import quantized_policies
 
 _SCALES = ("sqrt",)
 _POSITIONS = ("sinusoidal", "learned")
@@ -65,6 +67,12 @@ class PositionalEmbedding(keras.layers.Layer):
     drowns the other. Call the layer with `reverse=True` (or use
     `project_to_vocabulary`) for that tied output projection.
 
+    The token matrix lives in a Keras `ReversibleEmbedding` sublayer
+    (`token_embedding`), so Keras' tooling reaches it: `quantize` ("int8",
+    "int4", ...) quantizes it, tied output projection included, and
+    `token_embedding.enable_lora(rank)` (or `enable_lora` here) adds
+    low-rank adapters to it.
+
     With `merge="concat"` the position encoding is concatenated instead of
     added: the token part then has `d_model - position_dim` features, so the
     output is still `d_model` wide.
@@ -93,6 +101,9 @@ class PositionalEmbedding(keras.layers.Layer):
         positions_initializer: initializer of learned positions. Defaults to
             normal with std `2 ** -0.5`, the root-mean-square of the
             sinusoid table.
+        quantization_config: the Keras `QuantizationConfig` of the token
+            matrix. `quantize` sets it and `get_config` saves it, so a
+            quantized layer reloads computing as before; leave it None.
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`).
 
     Example:
@@ -119,6 +130,7 @@ class PositionalEmbedding(keras.layers.Layer):
         mask_zero=False,
         embeddings_initializer=None,
         positions_initializer=None,
+        quantization_config=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -176,6 +188,48 @@ class PositionalEmbedding(keras.layers.Layer):
             if positions == "sinusoidal"
             else None
         )
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            vocabulary_size,
+            self.token_dim,
+            tie_weights=True,
+            embeddings_initializer=self.embeddings_initializer,
+            quantization_config=keras.saving.deserialize_keras_object(quantization_config),
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        # Hidden states reach the tied projection with their padding mask;
+        # this layer computes its own mask, so the sublayer may ignore it.
+        self.token_embedding.supports_masking = True
+
+    @property
+    def embeddings(self):
+        """The token matrix E, `(vocabulary_size, token_dim)` (LoRA adapters merged in)."""
+        return self.token_embedding.embeddings
+
+    def enable_lora(self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros"):
+        """Adds low-rank adapters to the token matrix (Keras' `Embedding.enable_lora`).
+
+        The matrix is frozen and `E + (lora_alpha / rank) * A @ B` trains
+        instead, in the lookup and in the tied output projection alike.
+
+        Args:
+            rank: int, the adapters' rank.
+            lora_alpha: float, their scale numerator. Defaults to `rank`.
+            a_initializer, b_initializer: initializers of A and B (B starts
+                at zero, so the layer starts unchanged).
+
+        Example:
+
+        >>> import numpy as np
+        >>> embed = PositionalEmbedding(100, 16, max_length=8)
+        >>> _ = embed(np.array([[1, 2]]))
+        >>> embed.enable_lora(4)
+        >>> [tuple(w.shape) for w in embed.trainable_weights]
+        [(100, 4), (4, 16)]
+        """
+        self.token_embedding.enable_lora(
+            rank, lora_alpha=lora_alpha, a_initializer=a_initializer, b_initializer=b_initializer
+        )
 
     @property
     def token_dim(self):
@@ -197,11 +251,7 @@ class PositionalEmbedding(keras.layers.Layer):
         return 1.0 if self.scale is None else self.scale
 
     def build(self, inputs_shape=None):
-        self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.vocabulary_size, self.token_dim),
-            initializer=self.embeddings_initializer,
-        )
+        self.token_embedding.build()
         if self.positions == "learned":
             self.position_embeddings = self.add_weight(
                 name="position_embeddings",
@@ -243,7 +293,7 @@ class PositionalEmbedding(keras.layers.Layer):
                     f"{owner}: the tied output projection expects `hidden` whose last "
                     f"axis is d_model={self.d_model}, got shape {width}."
                 )
-            return ops.matmul(inputs, ops.transpose(self.embeddings))
+            return self.token_embedding(inputs, reverse=True)
         input_checks.check_dtype(owner, "inputs", inputs, "int")
         input_checks.check_shape(owner, "inputs", inputs, (("batch", None), ("length", None)))
         if isinstance(start_index, int) and start_index < 0:
@@ -268,7 +318,7 @@ class PositionalEmbedding(keras.layers.Layer):
             "Tokenize with the vocabulary the model was built for, or build it "
             "with a larger vocabulary_size.",
         )
-        tokens = ops.take(self.embeddings, ops.cast(inputs, "int32"), axis=0)
+        tokens = self.token_embedding(ops.cast(inputs, "int32"))
         tokens = tokens * ops.cast(self.scale_factor, tokens.dtype)
         encoding = self._position_encoding(ops.shape(inputs)[-1], start_index)
         encoding = ops.cast(encoding, tokens.dtype)
@@ -322,6 +372,19 @@ class PositionalEmbedding(keras.layers.Layer):
             shape = tuple(inputs.shape) + (self.d_model,)
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
+    def load_own_variables(self, store):
+        own = self._trainable_variables + self._non_trainable_variables
+        if len(store.keys()) == len(own) + 1:
+            # The layout written up to 1bfd57a (see `legacy_weights`): the
+            # token matrix first, as this layer's own weight.
+            arrays = legacy_weights.stored_arrays(store)
+            legacy_weights.assign_to_sublayers(f"PositionalEmbedding {self.name!r}", arrays[:1],
+                                               [self.token_embedding])
+            for variable, array in zip(own, arrays[1:]):
+                variable.assign(array)
+            return
+        super().load_own_variables(store)
+
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero:
             return None
@@ -331,6 +394,7 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        config["dtype"] = quantized_policies.config_dtype(self)
         config.update(
             {
                 "vocabulary_size": self.vocabulary_size,
@@ -349,4 +413,8 @@ class PositionalEmbedding(keras.layers.Layer):
                 ),
             }
         )
+        if self.token_embedding.quantization_config is not None:
+            config["quantization_config"] = keras.saving.serialize_keras_object(
+                self.token_embedding.quantization_config
+            )
         return config

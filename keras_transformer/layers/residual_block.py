@@ -6,6 +6,7 @@ from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.attention_arguments import get_qkv_initializer
 from keras_transformer.layers.attention_arguments import serialize_qkv_initializer
 from keras_transformer.layers import input_checks
+from keras_transformer.layers import quantized_policies
 from keras_transformer.layers.feed_forward import FeedForward
 
 _INITIALIZER_OPTIONS = (
@@ -174,6 +175,7 @@ class ResidualBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        config["dtype"] = quantized_policies.config_dtype(self)
         config.update(
             {
                 "d_model": self.d_model,

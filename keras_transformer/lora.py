@@ -1,0 +1,68 @@
+"""Low-rank adaptation (LoRA) of a whole model built from this package's layers.
+
+Keras gives its `Dense`, `EinsumDense` and `Embedding` layers
+`enable_lora(rank)`; this package's attention and embedding layers hold
+their weights in such layers, so LoRA reaches W_Q, W_K, W_V, W_O and the
+token embeddings. `enable_lora` here does what KerasHub's
+`Backbone.enable_lora` does for its models: freeze every weight, then add
+adapters to the chosen projections of every attention layer.
+"""
+
+from keras_transformer.layers import MultiHeadAttention
+from keras_transformer.layers import PositionalEmbedding
+
+
+def enable_lora(model, rank, targets=("query", "value"), embeddings=False, lora_alpha=None):
+    """Freezes `model` and adds LoRA adapters to its attention projections.
+
+    Every weight of the model stops training; each `MultiHeadAttention`
+    gets adapters on `targets` (W_Q and W_V by default, as in the LoRA
+    paper and KerasHub), and with `embeddings=True` each
+    `PositionalEmbedding`'s token matrix too (with tied embeddings, the
+    output projection with it). `fit` then trains the adapters only:
+    compile the model after this call. A model saved with adapters stores
+    the merged kernels (Keras' `Dense` merges them on save), so it reloads
+    as a plain model that translates without knowing it was adapted.
+
+    Args:
+        model: a built Keras model containing this package's layers, e.g.
+            from `keras_transformer.models.transformer`.
+        rank: int, the adapters' rank.
+        targets: projections of each attention layer, among "query",
+            "key", "value", "output" (see `MultiHeadAttention.enable_lora`).
+        embeddings: bool, adapt the token embeddings too.
+        lora_alpha: float, the adapters' scale numerator. Defaults to `rank`.
+
+    Returns:
+        The layers given adapters.
+
+    Raises:
+        ValueError: `model` has none of this package's attention layers.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(50, 50, num_layers=1, d_model=16,
+    ...                               num_heads=2, ff_dim=32, max_length=8)
+    >>> adapted = enable_lora(model, rank=2)
+    >>> len(adapted), sum(int(w.numpy().size) for w in model.trainable_weights)
+    (6, 384)
+    """
+    layers = model._flatten_layers(include_self=False)  # Keras' own walk (Model.quantize uses it)
+    attention_layers = [layer for layer in layers if isinstance(layer, MultiHeadAttention)]
+    if not attention_layers:
+        raise ValueError(
+            f"enable_lora found no keras_transformer MultiHeadAttention in model {model.name!r}; "
+            "for other layers call Keras' layer.enable_lora(rank) on each Dense or Embedding."
+        )
+    for variable in model.trainable_weights:
+        variable.trainable = False
+    adapted = []
+    for attention in attention_layers:
+        adapted += attention.enable_lora(rank, lora_alpha=lora_alpha, targets=targets)
+    if embeddings:
+        for layer in layers:
+            if isinstance(layer, PositionalEmbedding):
+                layer.enable_lora(rank, lora_alpha=lora_alpha)
+                adapted.append(layer.token_embedding)
+    return adapted
