@@ -19,8 +19,10 @@ export the model first, into a temporary folder: `ctranslate2` and `ctranslate2-
 decode with `CTranslate2Translator` (float32 weights; int8 computation) on
 as many threads as the machine has cores; `savedmodel` calls the exported
 SavedModel's signature in batches of 64, in the split's order, as a server
-would (greedy only: the signature's search). Writes `results.json` and
-`results.md` to `--out`.
+would (greedy only: the signature's search); `keras-int8` and `keras-int4`
+are the default loop on the model after Keras' `model.quantize(mode)`
+(weights and, for int8, activations in integers; the model in memory,
+nothing exported). Writes `results.json` and `results.md` to `--out`.
 """
 
 import argparse
@@ -34,7 +36,7 @@ import time
 import numpy as np
 
 LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "ctranslate2": {}, "ctranslate2-int8": {},
-         "savedmodel": {}}
+         "savedmodel": {}, "keras-int8": {}, "keras-int4": {}}
 SAVEDMODEL_BATCH = 64
 
 
@@ -126,10 +128,13 @@ def _export_folder():
 def _translator(args, loop, beam, batch_size=None):
     """The translator of a loop, exporting the model the first time a loop needs it."""
     sized = {} if batch_size is None else {"batch_size": batch_size}
-    if loop in ("default", "compiled"):
+    if loop in ("default", "compiled", "keras-int8", "keras-int4"):
         from keras_transformer.translator import Translator
 
-        return Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop], **sized)
+        translator = Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop], **sized)
+        if loop.startswith("keras-"):
+            translator.model.quantize(loop.split("-")[1])
+        return translator
     if loop == "savedmodel":
         from keras_transformer.export import export_translator
 
@@ -164,7 +169,7 @@ def measure(args, log=print):
         translator = _translator(args, loop, beam, batch_size)
         seconds, bleu, row_steps = [], None, None
         for run in ("cold", "warm"):
-            if run == "warm" and loop in ("default", "compiled"):
+            if run == "warm" and loop in ("default", "compiled", "keras-int8", "keras-int4"):
                 row_steps = RowSteps(translator)
             start = time.perf_counter()
             translations = translator(sources)
@@ -178,6 +183,8 @@ def measure(args, log=print):
                    translating_sentences_per_second=round(len(pairs) / seconds[1][0], 1), bleu=bleu)
         if row_steps is not None:
             row["row_steps_after_end"] = round(row_steps.after_end / row_steps.total, 3)
+        if hasattr(translator, "model"):  # the weights' bytes: int8 and int4 kernels are smaller
+            row["weights_megabytes"] = round(sum(np.asarray(w.numpy()).nbytes for w in translator.model.weights) / 2**20, 2)
         log(json.dumps(row))
         rows.append(row)
     return rows

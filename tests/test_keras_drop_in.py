@@ -137,7 +137,8 @@ def test_config_round_trip_keeps_behaviour_under_canonical_keys(inputs):
         (dict(dropout=0.5, attention_dropout=0.0), "attention_dropout=0.0 and dropout=0.5"),
         (dict(dropout=1.5), r"dropout=1\.5"),
         (dict(output_shape=8, output_dim=16), "output_dim=16 and output_shape=8"),
-        (dict(output_shape=(2, 8)), r"output_shape=\(2, 8\)"),
+        (dict(output_shape=(2, 0)), r"output_shape=\(2, 0\)"),
+        (dict(output_shape=(2, 8), output_dim=16), r"output_dim=16 and output_shape=\(2, 8\)"),
         (dict(output_shape=0), "output_shape=0"),
     ],
 )
@@ -151,3 +152,67 @@ def test_conflicting_or_unsupported_keras_arguments_raise(kwargs, match):
 def test_equal_aliases_are_accepted():
     layer = MultiHeadAttention(HEADS, KEY_DIM, dropout=0.25, attention_dropout=0.25, output_shape=[6], output_dim=6)
     assert (layer.attention_dropout, layer.output_dim) == (0.25, 6)
+
+
+def test_value_dim_other_than_key_dim_runs_on_the_default_path(inputs):
+    # On JAX the fused path crashed ("cannot reshape array of shape (2, 8, 2, 1, 4)").
+    query, source = inputs
+    default = MultiHeadAttention(HEADS, KEY_DIM, value_dim=2 * KEY_DIM)
+    explicit = MultiHeadAttention(HEADS, KEY_DIM, value_dim=2 * KEY_DIM, flash_attention=False)
+    default(query, source)
+    explicit(query, source)
+    explicit.set_weights(default.get_weights())
+    np.testing.assert_allclose(to_numpy(default(query, source)), to_numpy(explicit(query, source)),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(LENGTH, LENGTH + 1), (1, LENGTH, LENGTH + 1), (BATCH, LENGTH, LENGTH + 1),
+                                   (BATCH, HEADS, LENGTH, LENGTH + 1)])
+def test_attention_masks_broadcast_from_every_shape_keras_accepts(inputs, shape):
+    query, source = inputs
+    layer = MultiHeadAttention(HEADS, KEY_DIM)
+    base = np.tril(np.ones((LENGTH, LENGTH + 1), bool), k=1)
+    expected = to_numpy(layer(query, source, attention_mask=np.broadcast_to(base, (BATCH, LENGTH, LENGTH + 1))))
+    mask = np.broadcast_to(base, shape)
+    np.testing.assert_allclose(to_numpy(layer(query, source, attention_mask=mask)), expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(to_numpy(layer(query, source)), expected)
+
+
+def test_a_head_mask_hides_keys_from_one_head_only(inputs):
+    query, source = inputs
+    layer = MultiHeadAttention(HEADS, KEY_DIM)
+    mask = np.ones((BATCH, HEADS, LENGTH, LENGTH + 1), bool)
+    mask[:, 0, :, 0] = False
+    _, scores = layer(query, source, attention_mask=mask, return_attention_scores=True)
+    scores = to_numpy(scores)
+    np.testing.assert_array_equal(scores[:, 0, :, 0], 0.0)
+    assert np.all(scores[:, 1:, :, 0] > 0)
+
+
+def test_output_shape_and_spec_agree_with_the_call_under_mixed_precision(inputs):
+    query, source = inputs
+    keras.config.set_dtype_policy("mixed_float16")
+    layer = MultiHeadAttention(HEADS, KEY_DIM, output_shape=(2, 4))
+    assert layer.compute_output_shape(query.shape, source.shape) == (BATCH, LENGTH, 2, 4)
+    outputs = layer(query, source)
+    spec = layer.compute_output_spec(keras.KerasTensor(query.shape), keras.KerasTensor(source.shape))
+    assert tuple(outputs.shape) == spec.shape == (BATCH, LENGTH, 2, 4)
+    assert keras.backend.standardize_dtype(outputs.dtype) == spec.dtype == "float16"
+
+
+def test_a_keras_layer_config_builds_this_layer_with_the_same_outputs(inputs):
+    query, source = inputs
+    reference = keras.layers.MultiHeadAttention(num_heads=HEADS, key_dim=KEY_DIM, value_dim=2 * KEY_DIM,
+                                                use_gate=True, output_shape=8, kernel_regularizer="l2")
+    expected = reference(query, source)
+    ours = MultiHeadAttention.from_config(reference.get_config())
+    ours(query, source)
+    ours.set_weights(reference.get_weights())  # Keras' (width, heads, dim) kernels, reshaped
+    np.testing.assert_allclose(to_numpy(ours(query, source)), to_numpy(expected), rtol=1e-5, atol=1e-5)
+    assert len(ours.losses) == len(reference.losses) > 0  # the kernel regularizer applies
+
+
+@pytest.mark.parametrize("value_dim", [0, -2, 1.5, True])
+def test_a_bad_value_dim_is_refused_at_construction(value_dim):
+    with pytest.raises(ValueError, match="argument `value_dim`"):
+        MultiHeadAttention(HEADS, KEY_DIM, value_dim=value_dim)

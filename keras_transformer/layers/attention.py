@@ -55,17 +55,41 @@ class MultiHeadAttention(keras.layers.Layer):
       have returned NaN for such rows in some versions, and a NaN there
       would spread).
 
-    As a drop-in for `keras.layers.MultiHeadAttention`, the layer accepts
-    these Keras arguments by keyword, with Keras' meaning: `num_heads`,
-    `key_dim`, `value_dim`, `dropout`, `use_bias`, `output_shape`,
-    `kernel_initializer`, `bias_initializer`, `flash_attention` and `seed`,
-    and Keras' call arguments. `dropout`, `output_shape` and
-    `kernel_initializer` are stored as `attention_dropout`, `output_dim` and
-    the four projection initializers, the names `get_config` uses. Not
-    accepted: `attention_axes`, `sliding_window`, `use_gate` and the kernel
-    and bias regularizers and constraints. Differences that remain: the
-    positional order after `value_dim`, and a padded query or a query with
-    no visible key gives zeros here where Keras averages all values.
+    The projections are Keras `Dense` layers (`query_dense`, `key_dense`,
+    `value_dense` or `qkv_dense`, `output_dense`, named "query", "key",
+    "value", "qkv", "attention_output" as in Keras), so Keras' tooling
+    reaches them: `model.quantize(mode)` quantizes each, `enable_lora`
+    (here, on the model with `keras_transformer.lora.enable_lora`, or on
+    a projection) adds adapters, dtype policies and `DTypePolicyMap`s apply
+    per projection.
+
+    A drop-in for `keras.layers.MultiHeadAttention`: it takes Keras'
+    arguments by keyword with Keras' meaning (`num_heads`, `key_dim`,
+    `value_dim`, `dropout`, `use_bias`, `output_shape`, `attention_axes`,
+    `sliding_window`, `flash_attention`, `kernel_initializer`,
+    `bias_initializer`, the kernel and bias regularizers and constraints,
+    `use_gate`, `seed`), Keras' call arguments and mask shapes, a Keras
+    layer's `get_config()` and its `get_weights()` (its `(width, heads,
+    head_dim)` kernels are reshaped). `dropout`, `output_shape` (of one
+    axis) and `kernel_initializer` are stored as `attention_dropout`,
+    `output_dim` and the four projection initializers, the names
+    `get_config` uses; the gate's kernel is initialized like W_Q's (with
+    its own seed). Keras' own test file for its layer passes against this
+    one (`tests/test_keras_mha_suite.py`) except where it meets the
+    documented differences:
+
+    - Inputs are `(batch, length, width)` and attention runs over the
+      length axis: `attention_axes` accepts only that axis, and inputs of
+      rank 4 or more are refused (Keras attends over any axes). This
+      layer's masks, KV cache and kernel choice are written for sequences.
+    - Kernels are the `(width, num_heads * head_dim)` matrices the
+      projections are (Keras keeps `(width, heads, head_dim)`), so each
+      initializer sees the projection's own fans and a fused QKV kernel
+      splits into three such matrices; `set_weights` reshapes Keras'
+      layout, and files of either package are not interchangeable.
+    - A padded query, or a query with no visible key, gives zeros here
+      where Keras averages all values (a NaN-proof rule, above).
+    - Positional arguments after `value_dim` are in this layer's order.
 
     Args:
         num_heads: int, number of attention heads.
@@ -100,11 +124,21 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout: Keras' name for `attention_dropout`. Giving both with
             different values raises a `ValueError`.
         output_shape: Keras' name for `output_dim`: an int or a tuple of one
-            int (this layer's output keeps one feature axis). Giving both
-            with different values raises a `ValueError`.
+            int (then giving both with different values raises a
+            `ValueError`), or a tuple of several ints, the shape each
+            query position's output is reshaped to.
         kernel_initializer: initializer of the projections (W_Q, W_K, W_V,
             W_O) whose own initializer is not given, as in Keras. Defaults
             to Glorot uniform.
+        use_gate: bool, Keras' gated attention: each head's output is
+            multiplied by `sigmoid(query W_G)` before W_O. Defaults to False.
+        sliding_window: int or None: a query sees keys less than this many
+            positions away (with the causal mask: itself and the
+            `sliding_window - 1` before it). Defaults to None.
+        kernel_regularizer, bias_regularizer, kernel_constraint,
+            bias_constraint: passed to every projection, as in Keras.
+        attention_axes: Keras' argument; only None or the sequence axis
+            (1 or -2) is accepted.
         **kwargs: other `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -113,8 +147,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key: `(batch, key_length, key_width)`; defaults to `value`.
         query_mask, value_mask, key_mask: bool padding masks, filled from
             the inputs' Keras masks when not passed.
-        attention_mask: bool `(batch, query_length, key_length)`, True
-            where attention is allowed.
+        attention_mask: bool, True where attention is allowed, of shape
+            `(query_length, key_length)`, `(batch or 1, query_length,
+            key_length)` or `(batch or 1, num_heads or 1, query_length,
+            key_length)` (per head).
         use_causal_mask: bool, each query sees only earlier keys.
         return_attention_scores: bool, also return the float32 weights
             `(batch, num_heads, query_length, key_length)`.
@@ -327,41 +363,49 @@ class MultiHeadAttention(keras.layers.Layer):
             self._query_dense.build(query_shape)
             self._key_dense = self._projection("key", heads * self.key_dim, self.key_initializer, 1)
             self._key_dense.build(key_shape)
+        self._build_gate(query_shape)  # after W_K, as in Keras, so the weights come in Keras' order
+        if not self.fused_qkv:
             self._value_dense = self._projection("value", heads * self.value_dim, self.value_initializer, 2)
             self._value_dense.build(value_shape)
-        if self.use_gate:
-            # Keras' gated attention: sigmoid(query W_G) scales each head's output.
-            self._gate_dense = self._projection(
-                "gate", heads * self.value_dim, self.query_initializer, 4, activation="sigmoid"
-            )
-            self._gate_dense.build(query_shape)
         self._output_dense = self._projection(
             "attention_output", self._output_width(query_width), self.output_initializer, 3
         )
         self._output_dense.build(tuple(query_shape[:2]) + (heads * self.value_dim,))
         self.built = True
 
+    def _build_gate(self, query_shape):
+        if self.use_gate:
+            # Keras' gated attention: sigmoid(query W_G) scales each head's output.
+            self._gate_dense = self._projection(
+                "gate", self.num_heads * self.value_dim, self.query_initializer, 4, activation="sigmoid"
+            )
+            self._gate_dense.build(query_shape)
+
     def _output_width(self, query_width):
         if self._output_axes is not None:
             return int(np.prod(self._output_axes))
         return self.output_dim or query_width
 
-    def _heads(self, x, head_dim):
-        return ops.reshape(x, tuple(ops.shape(x)[:-1]) + (self.num_heads, head_dim))
+    def _heads(self, dense, inputs, head_dim):
+        """`dense(inputs)`, split into heads: `(batch, length, num_heads, head_dim)`."""
+        # The shape comes from the projection's input: tf2onnx gets the
+        # shape of a Dense output on a 3-D input wrong (its 2-D matmul).
+        return ops.reshape(dense(inputs), tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim))
 
     def _split_qkv(self, inputs):
         """The fused projection of `inputs`, as Q, K and V heads."""
         qkv = self._qkv_dense(inputs)
+        heads_shape = tuple(ops.shape(inputs)[:-1]) + (self.num_heads, self.key_dim)
         # The kernel is laid out [Q | K | V]: split before the head reshape.
-        return [self._heads(part, self.key_dim) for part in ops.split(qkv, 3, axis=-1)]
+        return [ops.reshape(part, heads_shape) for part in ops.split(qkv, 3, axis=-1)]
 
     def _project_qkv(self, query, key, value, project_kv):
         if not self.fused_qkv:
-            q = self._heads(self._query_dense(query), self.key_dim)
+            q = self._heads(self._query_dense, query, self.key_dim)
             if not project_kv:
                 return q, None, None
-            return q, self._heads(self._key_dense(key), self.key_dim), self._heads(
-                self._value_dense(value), self.value_dim)
+            return (q, self._heads(self._key_dense, key, self.key_dim),
+                    self._heads(self._value_dense, value, self.value_dim))
         # A fused kernel projects an input to all three at once; different
         # inputs (cross-attention) each take the part they need.
         q, k, v = self._split_qkv(query)
@@ -406,8 +450,8 @@ class MultiHeadAttention(keras.layers.Layer):
             if value is not key:
                 values = self._split_qkv(value)[2]
         else:
-            keys = self._heads(self._key_dense(key), self.key_dim)
-            values = self._heads(self._value_dense(value), self.value_dim)
+            keys = self._heads(self._key_dense, key, self.key_dim)
+            values = self._heads(self._value_dense, value, self.value_dim)
         return ops.stack([keys, values], axis=1)
 
     def attention_logits(self, query, key=None):
@@ -630,7 +674,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if return_attention_scores:
                 scores = ops.where(ops.expand_dims(answered, -1), scores, ops.zeros_like(scores))
         if self._gate_dense is not None:
-            outputs = outputs * self._heads(self._gate_dense(query), self.value_dim)
+            outputs = outputs * self._heads(self._gate_dense, query, self.value_dim)
         outputs = ops.reshape(outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,))
         outputs = self._output_dense(outputs)
         if self._output_axes is not None:

@@ -46,6 +46,14 @@ def _as_rank4(mask, axes):
     return mask
 
 
+def _positions(length):
+    """0, 1, ..., length - 1 as int32; counted with a cumsum where `length` is symbolic
+    (jax2onnx, exporting with a dynamic length, cannot take an arange of it)."""
+    if isinstance(length, int):
+        return ops.arange(length, dtype="int32")
+    return ops.cumsum(ops.ones((length,), dtype="int32")) - 1
+
+
 def attention_mask_as_rank4(attention_mask):
     """An explicit `attention_mask` in any shape Keras accepts, as bool rank 4.
 
@@ -121,8 +129,8 @@ def merge_attention_masks(
         masks.append(attention_mask_as_rank4(attention_mask))
     if use_causal_mask or cache_index is not None or sliding_window is not None:
         offset = 0 if cache_index is None else ops.cast(cache_index, "int32")
-        query_positions = ops.expand_dims(ops.arange(query_length, dtype="int32") + offset, 1)
-        key_positions = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
+        query_positions = ops.expand_dims(_positions(query_length) + offset, 1)
+        key_positions = ops.expand_dims(_positions(key_length), 0)
         if use_causal_mask:
             visible = key_positions <= query_positions
         else:

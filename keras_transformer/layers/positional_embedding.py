@@ -320,7 +320,7 @@ class PositionalEmbedding(keras.layers.Layer):
         )
         tokens = self.token_embedding(ops.cast(inputs, "int32"))
         tokens = tokens * ops.cast(self.scale_factor, tokens.dtype)
-        encoding = self._position_encoding(ops.shape(inputs)[-1], start_index)
+        encoding = self._position_encoding(inputs, start_index)
         encoding = ops.cast(encoding, tokens.dtype)
         if self.merge == "add":
             return tokens + encoding
@@ -345,12 +345,19 @@ class PositionalEmbedding(keras.layers.Layer):
             return ops.convert_to_tensor(self.position_embeddings)
         return self._sinusoids
 
-    def _position_encoding(self, length, start_index):
+    def _position_encoding(self, inputs, start_index):
         table = self.position_table()
+        length = inputs.shape[-1]
         if isinstance(start_index, int) and isinstance(length, int):
             return table[start_index : start_index + length]
-        table = ops.convert_to_tensor(table)
-        return ops.slice(table, (start_index, 0), (length, self.encoding_dim))
+        # A gather at positions counted from the tokens themselves, not a
+        # slice or an arange of symbolic size: exporters with a dynamic
+        # length (JAX's jax2tf and jax2onnx) can neither prove
+        # `start + length <= max_length` nor take a symbolic arange.
+        # (A sum over the batch, not `inputs[0]`: a batch may be empty.)
+        ones = ops.ones_like(ops.sum(inputs, axis=0), dtype="int32")
+        positions = ops.cumsum(ones) - 1 + ops.cast(start_index, "int32")
+        return ops.take(ops.convert_to_tensor(table), positions, axis=0)
 
     def project_to_vocabulary(self, hidden):
         """Tied output projection: `hidden @ E^T`, logits over the vocabulary.

@@ -1,0 +1,70 @@
+"""Keras' `model.quantize` reaches every weight it would in KerasHub, and a quantized model reloads."""
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import to_numpy
+import keras_transformer as kt
+
+INPUTS = {
+    "encoder_tokens": np.array([[5, 6, 7, 8, 0], [9, 10, 0, 0, 0]], "int32"),
+    "decoder_tokens": np.array([[1, 11, 12, 13], [1, 14, 15, 0]], "int32"),
+}
+
+
+def _model(**options):
+    keras.utils.set_random_seed(0)
+    return kt.models.transformer(60, 60, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=16,
+                                 dropout=0.0, **options)
+
+
+def _quantized_layers(model):
+    return {layer.path for layer in model._flatten_layers() if layer.quantization_mode is not None}
+
+
+ATTENTION = [f"{stack}/{part}" for stack, parts in (
+    ("encoder_layer_0/self_attention", ("query", "key", "value", "attention_output")),
+    ("decoder_layer_0/self_attention", ("query", "key", "value", "attention_output")),
+    ("decoder_layer_0/cross_attention", ("query", "key", "value", "attention_output")),
+) for part in parts]
+EMBEDDINGS = ["encoder_embedding/token_embedding", "decoder_embedding/token_embedding"]
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4", "float8"])
+def test_quantize_reaches_every_attention_projection_and_embedding_and_the_model_reloads(mode, tmp_path):
+    model = _model(tie_embeddings=True)
+    before = to_numpy(model(INPUTS))
+    model.quantize(mode)
+    quantized = _quantized_layers(model)
+    assert set(ATTENTION) <= quantized, sorted(set(ATTENTION) - quantized)
+    if mode != "float8":  # Keras quantizes Embedding to int8 and int4 only
+        assert set(EMBEDDINGS) <= quantized
+        assert keras.backend.standardize_dtype(
+            model.get_layer("decoder_embedding").token_embedding._embeddings.dtype) == "int8"
+    after = to_numpy(model(INPUTS))
+    assert np.all(np.isfinite(after))
+    # Close to the float model, and not identical to it.
+    assert 0 < np.abs(after - before).max() < (0.5 if mode == "int4" else 0.2)
+    model.save(tmp_path / "quantized.keras")
+    reloaded = keras.saving.load_model(tmp_path / "quantized.keras")
+    assert _quantized_layers(reloaded) == quantized
+    np.testing.assert_array_equal(to_numpy(reloaded(INPUTS)), after)
+
+
+def test_a_fused_qkv_kernel_and_an_untied_output_projection_quantize_too(tmp_path):
+    model = _model(fused_qkv=True, tie_embeddings=False)
+    model.quantize("int8")
+    quantized = _quantized_layers(model)
+    assert {"encoder_layer_0/self_attention/qkv", "decoder_layer_0/cross_attention/qkv",
+            "output_projection"} <= quantized
+    model.save(tmp_path / "fused.keras")
+    np.testing.assert_array_equal(to_numpy(keras.saving.load_model(tmp_path / "fused.keras")(INPUTS)),
+                                  to_numpy(model(INPUTS)))
+
+
+def test_projection_weights_of_a_quantized_layer_are_refused_with_the_reason():
+    model = _model()
+    model.quantize("int8")
+    with pytest.raises(ValueError, match="is quantized \\(int8\\)"):
+        model.get_layer("encoder_layer_0").self_attention.projection_weights()
