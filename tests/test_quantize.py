@@ -45,7 +45,8 @@ def test_quantize_reaches_every_attention_projection_and_embedding_and_the_model
     after = to_numpy(model(INPUTS))
     assert np.all(np.isfinite(after))
     # Close to the float model, and not identical to it.
-    assert 0 < np.abs(after - before).max() < (0.5 if mode == "int4" else 0.2)
+    assert np.abs(after - before).max() > 0
+    assert np.corrcoef(after.ravel(), before.ravel())[0, 1] > (0.9 if mode == "int4" else 0.98)
     model.save(tmp_path / "quantized.keras")
     reloaded = keras.saving.load_model(tmp_path / "quantized.keras")
     assert _quantized_layers(reloaded) == quantized
