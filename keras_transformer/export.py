@@ -114,7 +114,7 @@ def _next_bucket(tf, size, smallest):
     return tf.while_loop(lambda bucket: bucket < size, lambda bucket: bucket * 2, [tf.constant(smallest)])[0]
 
 
-def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None):
+def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None, quantize=None):
     """Exports a training output folder as a string -> string SavedModel.
 
     Writes `output/` (signature `serving_default`: `texts` -> `translations`)
@@ -126,6 +126,8 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
         output: folder to write.
         max_new_tokens: longest translation. Defaults to `max_length - 1`.
         no_repeat_ngram_size: the loop guard, as `Translator`'s.
+        quantize: None, or a Keras quantization mode ("int8", "int4"):
+            the SavedModel then holds integer kernels.
 
     Returns:
         The path of the exported SavedModel.
@@ -136,6 +138,10 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     from keras_transformer import run_folder
 
     model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
+    if quantize:
+        from keras_transformer.quantization import quantize as quantize_model
+
+        quantize_model(model, quantize)
     with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
         proto = f.read()
     module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)

@@ -169,11 +169,14 @@ class Translator:
             )
 
     @classmethod
-    def from_directory(cls, directory, **kwargs):
+    def from_directory(cls, directory, quantize=None, **kwargs):
         """Loads `model.keras` and `vocabulary.spm` from a training output folder.
 
         Args:
             directory: the `--output` folder of `keras-transformer train`.
+            quantize: None, or a Keras quantization mode ("int8", "int4")
+                applied to the model once loaded
+                (`keras_transformer.quantization`).
             **kwargs: passed to `Translator`.
 
         Raises:
@@ -200,6 +203,10 @@ class Translator:
             )
         model = run_folder.load_model(model_path)
         transformer_parts(model, what=f"The model in {model_path!r}")
+        if quantize:
+            from keras_transformer.quantization import quantize as quantize_model
+
+            quantize_model(model, quantize)
         try:
             tokenizer = SentencePieceTokenizer(vocabulary_path)
         except ValueError as error:

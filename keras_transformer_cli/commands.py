@@ -37,7 +37,7 @@ def _translator(args):
 
     try:
         return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
-                                         batch_size=args.batch_size)
+                                         batch_size=args.batch_size, quantize=args.quantize)
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 
@@ -72,7 +72,9 @@ def evaluate(args, out):
     print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}"
           f"{result['loop_rate']:>8.1%}", file=out)
     print(result["bleu_signature"], file=out)
-    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}-norepeat{args.no_repeat_ngram}.json")
+    quantized = f"-{args.quantize}" if args.quantize else ""
+    path = os.path.join(args.model,
+                        f"evaluation-{args.split}-beam{args.beam}-norepeat{args.no_repeat_ngram}{quantized}.json")
     with open(path, "w") as f:
         json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
                   f, indent=2, ensure_ascii=False)
@@ -125,13 +127,15 @@ def export(args, out):
         command = [sys.executable, "-m", "keras_transformer_cli", "export", "--model", args.model, "--out", args.out]
         if args.max_new_tokens:
             command += ["--max-new-tokens", str(args.max_new_tokens)]
+        if args.quantize:
+            command += ["--quantize", args.quantize]
         result = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
         if result.returncode:
             raise UserInputError(f"export under the TensorFlow backend failed (exit code {result.returncode}).")
         return
     from keras_transformer.export import export_translator
 
-    export_translator(args.model, args.out, args.max_new_tokens)
+    export_translator(args.model, args.out, args.max_new_tokens, quantize=args.quantize)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
 
@@ -145,6 +149,9 @@ def _export_ctranslate2(args, out):
         )
     if args.max_new_tokens:
         raise UserInputError("--max-new-tokens is a SavedModel setting; a CTranslate2 model takes it when it translates.")
+    if args.quantize:
+        raise UserInputError("--quantize is Keras' quantization, for the SavedModel; a CTranslate2 model takes "
+                             "--quantization int8 (or quantizes when it loads).")
     from keras_transformer.ctranslate2_model import export_ctranslate2
 
     export_ctranslate2(args.model, args.out, quantization=args.quantization)

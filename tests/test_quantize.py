@@ -69,3 +69,46 @@ def test_projection_weights_of_a_quantized_layer_are_refused_with_the_reason():
     model.quantize("int8")
     with pytest.raises(ValueError, match="is quantized \\(int8\\)"):
         model.get_layer("encoder_layer_0").self_attention.projection_weights()
+
+
+OLD_RUN = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "old-format" / "run")
+
+
+def test_the_cli_and_the_package_offer_the_same_keras_quantizations():
+    import keras_transformer_cli as cli
+    from keras_transformer.quantization import MODES
+
+    assert cli.KERAS_QUANTIZATIONS == MODES
+
+
+def test_translate_and_evaluate_take_quantize_and_keep_the_float_report(tmp_path, capsys):
+    import json
+    import shutil
+
+    from keras_transformer.translator import Translator
+    from keras_transformer_cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    translator = Translator.from_directory(str(run), quantize="int8")
+    attention = translator.model.get_layer("decoder_layer_0").cross_attention
+    assert attention.query_dense.quantization_mode == "int8"
+    assert translator.model.get_layer("decoder_embedding").token_embedding.quantization_mode == "int8"
+    sentences = ["Y dijo Dios: Sea la luz.", "Jesús lloró."]
+    main(["translate", "--model", str(run), "--quantize", "int8", *sentences])
+    assert capsys.readouterr().out.splitlines() == translator(sentences)
+    main(["evaluate", "--model", str(run), "--split", "heldout", "--limit", "2", "--quantize", "int4"])
+    report = json.loads((run / "evaluation-heldout-beam4-norepeat3-int4.json").read_text())
+    assert report["sentences"] == 2
+    assert not (run / "evaluation-heldout-beam4-norepeat3.json").exists()
+
+
+def test_export_refuses_quantize_for_ctranslate2_with_the_flag_to_use(tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
+    from keras_transformer_cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--model", OLD_RUN, "--out", str(tmp_path / "out"), "--format", "ctranslate2",
+              "--quantize", "int8"])
+    assert exit_info.value.code == 2 and "--quantization int8" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

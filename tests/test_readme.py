@@ -1,4 +1,4 @@
-"""The README's examples, and the docs' own-data example, run as written and print what they promise."""
+"""The README's examples, and the docs' own-data and Keras-workflow examples, run as written and print what they promise."""
 
 import contextlib
 import io
@@ -10,6 +10,7 @@ import pytest
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 OWN_DATA = README.parent / "docs" / "own-data.md"
+KERAS_WORKFLOWS = README.parent / "docs" / "keras-workflows.md"
 
 
 def test_readme_layers_examples_fit_a_model_and_build_one_of_your_own():
@@ -23,6 +24,17 @@ def test_readme_layers_examples_fit_a_model_and_build_one_of_your_own():
             exec(compile(code, str(README), "exec"), namespace)
     promised = [re.search(r"# (.*)$", code.strip().splitlines()[-1]).group(1) for code in blocks]
     assert printed.getvalue().split() == " ".join(promised).split() == ["(2,", "8,", "50)", "(1,", "3)"]
+
+
+def test_keras_workflow_examples_print_what_they_promise():
+    blocks = re.findall(r"```python\n(.*?)```", KERAS_WORKFLOWS.read_text(), re.S)
+    assert len(blocks) == 2
+    for code in blocks:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, str(KERAS_WORKFLOWS), "exec"), {})
+        promised = re.search(r"# (\S+)", code.strip().splitlines()[-1]).group(1)
+        assert printed.getvalue().split() == [promised]
 
 
 @pytest.mark.backend_independent

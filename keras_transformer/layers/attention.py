@@ -24,6 +24,7 @@ from keras_transformer.layers.attention_kernel import fused_attention
 from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
 from keras_transformer.layers.attention_kernel import kernel_masks
 from keras_transformer.layers.attention_kernel import merge_attention_masks
+from keras_transformer.layers.sublayer_call import call_sublayer
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -386,33 +387,38 @@ class MultiHeadAttention(keras.layers.Layer):
             return int(np.prod(self._output_axes))
         return self.output_dim or query_width
 
-    def _heads(self, dense, inputs, head_dim):
-        """`dense(inputs)`, split into heads: `(batch, length, num_heads, head_dim)`."""
+    def _heads(self, dense, inputs, head_dim, apply):
+        """`apply(dense, inputs)`, split into heads: `(batch, length, num_heads, head_dim)`."""
         # The shape comes from the projection's input: tf2onnx gets the
         # shape of a Dense output on a 3-D input wrong (its 2-D matmul).
-        return ops.reshape(dense(inputs), tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim))
+        return ops.reshape(apply(dense, inputs), tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim))
 
-    def _split_qkv(self, inputs):
+    def _split_qkv(self, inputs, apply):
         """The fused projection of `inputs`, as Q, K and V heads."""
-        qkv = self._qkv_dense(inputs)
+        qkv = apply(self._qkv_dense, inputs)
         heads_shape = tuple(ops.shape(inputs)[:-1]) + (self.num_heads, self.key_dim)
         # The kernel is laid out [Q | K | V]: split before the head reshape.
         return [ops.reshape(part, heads_shape) for part in ops.split(qkv, 3, axis=-1)]
 
-    def _project_qkv(self, query, key, value, project_kv):
+    def _project_qkv(self, query, key, value, project_kv, apply=call_sublayer):
+        """Q, K and V heads (K and V None unless `project_kv`).
+
+        `apply(layer, x)` calls a projection: `call_sublayer` inside `call`
+        (already in this layer's autocast scope), `_through_call` outside it.
+        """
         if not self.fused_qkv:
-            q = self._heads(self._query_dense, query, self.key_dim)
+            q = self._heads(self._query_dense, query, self.key_dim, apply)
             if not project_kv:
                 return q, None, None
-            return (q, self._heads(self._key_dense, key, self.key_dim),
-                    self._heads(self._value_dense, value, self.value_dim))
+            return (q, self._heads(self._key_dense, key, self.key_dim, apply),
+                    self._heads(self._value_dense, value, self.value_dim, apply))
         # A fused kernel projects an input to all three at once; different
         # inputs (cross-attention) each take the part they need.
-        q, k, v = self._split_qkv(query)
+        q, k, v = self._split_qkv(query, apply)
         if project_kv and key is not query:
-            _, k, _ = self._split_qkv(key)
+            _, k, _ = self._split_qkv(key, apply)
         if project_kv and value is not query:
-            _, _, v = self._split_qkv(value) if value is not key else (None, None, self._split_qkv(key)[2])
+            v = (self._split_qkv(value, apply) if value is not key else self._split_qkv(key, apply))[2]
         return q, (k if project_kv else None), (v if project_kv else None)
 
     def key_value_cache(self, value, key=None):
@@ -446,12 +452,12 @@ class MultiHeadAttention(keras.layers.Layer):
         value = ops.convert_to_tensor(value)
         key = value if key is None else ops.convert_to_tensor(key)
         if self.fused_qkv:
-            _, keys, values = self._split_qkv(key)
+            _, keys, values = self._split_qkv(key, _through_call)
             if value is not key:
-                values = self._split_qkv(value)[2]
+                values = self._split_qkv(value, _through_call)[2]
         else:
-            keys = self._heads(self._key_dense, key, self.key_dim)
-            values = self._heads(self._value_dense, value, self.value_dim)
+            keys = self._heads(self._key_dense, key, self.key_dim, _through_call)
+            values = self._heads(self._value_dense, value, self.value_dim, _through_call)
         return ops.stack([keys, values], axis=1)
 
     def attention_logits(self, query, key=None):
@@ -479,7 +485,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         query = ops.convert_to_tensor(query)
         key = query if key is None else ops.convert_to_tensor(key)
-        q, k, _ = self._project_qkv(query, key, key, True)
+        q, k, _ = self._project_qkv(query, key, key, True, apply=_through_call)
         return ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * self.scale
 
     def projection_weights(self):
@@ -674,9 +680,9 @@ class MultiHeadAttention(keras.layers.Layer):
             if return_attention_scores:
                 scores = ops.where(ops.expand_dims(answered, -1), scores, ops.zeros_like(scores))
         if self._gate_dense is not None:
-            outputs = outputs * self._heads(self._gate_dense, query, self.value_dim)
+            outputs = outputs * self._heads(self._gate_dense, query, self.value_dim, call_sublayer)
         outputs = ops.reshape(outputs, tuple(ops.shape(outputs)[:2]) + (self.num_heads * self.value_dim,))
-        outputs = self._output_dense(outputs)
+        outputs = call_sublayer(self._output_dense, outputs)
         if self._output_axes is not None:
             outputs = ops.reshape(outputs, tuple(ops.shape(outputs)[:2]) + self._output_axes)
         results = (outputs,)
@@ -767,3 +773,8 @@ class MultiHeadAttention(keras.layers.Layer):
             "bias_constraint": keras.constraints.serialize(self.bias_constraint),
         })
         return config
+
+
+def _through_call(layer, inputs):
+    """`layer(inputs)`: Keras' whole `__call__`, for projections used outside this layer's `call`."""
+    return layer(inputs)

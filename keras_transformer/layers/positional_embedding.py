@@ -9,6 +9,7 @@ from keras import ops
 from keras_transformer.layers import input_checks
 from keras_transformer.layers import legacy_weights
 from keras_transformer.layers import quantized_policies
+from keras_transformer.layers.sublayer_call import call_sublayer
 
 _SCALES = ("sqrt",)
 _POSITIONS = ("sinusoidal", "learned")
@@ -293,7 +294,7 @@ class PositionalEmbedding(keras.layers.Layer):
                     f"{owner}: the tied output projection expects `hidden` whose last "
                     f"axis is d_model={self.d_model}, got shape {width}."
                 )
-            return self.token_embedding(inputs, reverse=True)
+            return call_sublayer(self.token_embedding, inputs, reverse=True)
         input_checks.check_dtype(owner, "inputs", inputs, "int")
         input_checks.check_shape(owner, "inputs", inputs, (("batch", None), ("length", None)))
         if isinstance(start_index, int) and start_index < 0:
@@ -318,7 +319,7 @@ class PositionalEmbedding(keras.layers.Layer):
             "Tokenize with the vocabulary the model was built for, or build it "
             "with a larger vocabulary_size.",
         )
-        tokens = self.token_embedding(ops.cast(inputs, "int32"))
+        tokens = call_sublayer(self.token_embedding, ops.cast(inputs, "int32"))
         tokens = tokens * ops.cast(self.scale_factor, tokens.dtype)
         encoding = self._position_encoding(inputs, start_index)
         encoding = ops.cast(encoding, tokens.dtype)

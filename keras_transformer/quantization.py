@@ -1,0 +1,41 @@
+"""Keras' post-training quantization of a trained translator, as the command line offers it.
+
+`model.quantize(mode)` replaces the float kernels of every Keras `Dense`
+and `Embedding` in the model (this package's projections and token
+embeddings included) by integer ones with per-channel scales. Measured on
+the README's default model (docs/keras-workflows.md): int8 keeps the test
+BLEU (29.57 against 29.33, beam 4), stores a quarter of the bytes and
+decodes 1.07x-1.18x faster where the decoding loop is compiled
+(TensorFlow, JAX), but 0.66x as fast in eager torch (one run each).
+"""
+
+import warnings
+
+#: The modes the command line offers (`--quantize`).
+MODES = ("int8", "int4")
+
+
+def quantize(model, mode):
+    """Quantizes `model` in place with Keras' `model.quantize(mode)`.
+
+    Keras warns once for every layer without weights to quantize (dropout,
+    layer normalization, ...); those warnings are silenced here.
+
+    Args:
+        model: a built Keras model.
+        mode: a Keras quantization mode: "int8", "int4" or "float8".
+
+    Returns:
+        `model`.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(30, 30, num_layers=1, d_model=8, num_heads=2, ff_dim=16, max_length=8)
+    >>> quantize(model, "int8").get_layer("encoder_layer_0").self_attention.query_dense.quantization_mode
+    'int8'
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*does not have a `quantize` method implemented")
+        model.quantize(mode)
+    return model
