@@ -39,11 +39,10 @@ def fused_kernel_is_wrong(query_length, key_length):
 
 
 def _as_rank4(mask, axes):
-    """Adds size-1 axes at `axes` (expand_dims, not `x[:, None]`: LiteRT has no
-    builtin strided slice with new axes, so indexing with None needs Flex ops)."""
-    for axis in axes:
-        mask = ops.expand_dims(mask, axis)
-    return mask
+    """Adds size-1 axes at `axes` of the result (expand_dims, not `x[:, None]`:
+    LiteRT has no builtin strided slice with new axes, so indexing with None
+    needs Flex ops)."""
+    return ops.expand_dims(mask, axes)
 
 
 def _positions(length):
@@ -69,7 +68,7 @@ def attention_mask_as_rank4(attention_mask):
     mask = ops.cast(attention_mask, "bool")
     rank = len(mask.shape)
     if rank == 2:
-        return _as_rank4(mask, (0, 0))
+        return _as_rank4(mask, (0, 1))
     if rank == 3:
         return _as_rank4(mask, (1,))
     if rank == 4:
@@ -124,7 +123,7 @@ def merge_attention_masks(
     if query_mask is not None:
         masks.append(_as_rank4(ops.cast(query_mask, "bool"), (1, 3)))
     if key_mask is not None:
-        masks.append(_as_rank4(ops.cast(key_mask, "bool"), (1, 1)))
+        masks.append(_as_rank4(ops.cast(key_mask, "bool"), (1, 2)))
     if attention_mask is not None:
         masks.append(attention_mask_as_rank4(attention_mask))
     if use_causal_mask or cache_index is not None or sliding_window is not None:
@@ -137,7 +136,7 @@ def merge_attention_masks(
             visible = ops.broadcast_to(key_positions < offset + query_length, (query_length, key_length))
         if sliding_window is not None:
             visible = ops.logical_and(visible, ops.abs(query_positions - key_positions) < sliding_window)
-        masks.append(_as_rank4(visible, (0, 0)))
+        masks.append(_as_rank4(visible, (0, 1)))
     if not masks:
         return None
     merged = masks[0]

@@ -351,6 +351,8 @@ class PositionalEmbedding(keras.layers.Layer):
         length = inputs.shape[-1]
         if isinstance(start_index, int) and isinstance(length, int):
             return table[start_index : start_index + length]
+        if isinstance(length, int):  # one decoding step: a start known only at run time
+            return ops.slice(ops.convert_to_tensor(table), (start_index, 0), (length, self.encoding_dim))
         # A gather at positions counted from the tokens themselves, not a
         # slice or an arange of symbolic size: exporters with a dynamic
         # length (JAX's jax2tf and jax2onnx) can neither prove
