@@ -136,8 +136,8 @@ class MultiHeadAttention(keras.layers.Layer):
         sliding_window: int or None: a query sees keys less than this many
             positions away (with the causal mask: itself and the
             `sliding_window - 1` before it). Defaults to None.
-        kernel_regularizer, bias_regularizer, kernel_constraint,
-            bias_constraint: passed to every projection, as in Keras.
+        kernel_regularizer, bias_regularizer, kernel_constraint, bias_constraint: passed to every
+            projection, as in Keras.
         attention_axes: Keras' argument; only None or the sequence axis
             (1 or -2) is accepted.
         **kwargs: other `keras.layers.Layer` arguments.
