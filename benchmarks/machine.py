@@ -10,27 +10,18 @@ and `benchmarks.profile_step` use them too.
 """
 
 import os
-import platform
 import sys
 import threading
 
 import keras
 
 from keras_transformer import model_flops as flops
+from keras_transformer.machine import describe_cpu
 
 
 def cpu_name():
-    """The CPU model and core count, e.g. `"Intel(R) Xeon(R) ... x 2 cores"`."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{name} x {os.cpu_count()} cores"
+    """The CPU as timings name it (`keras_transformer.machine.describe_cpu`), e.g. `"AMD EPYC, 2 cores, AVX-512"`."""
+    return describe_cpu()
 
 
 def describe_device():

@@ -11,6 +11,7 @@ import os
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
 from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
+from keras_transformer.machine import has_accelerator
 
 PRESETS = {
     "tiny": dict(num_layers=2, d_model=128, num_heads=4, ff_dim=512),
@@ -45,27 +46,6 @@ CORPUS_FIELDS = (
     "corpus", "dev", "test", "dev_fraction", "test_fraction", "header", "skip_bad_lines",
     "source_language", "target_language",
 )
-
-
-def has_accelerator():
-    """True when Keras sees a GPU or TPU.
-
-    Example:
-
-    >>> has_accelerator() in (True, False)
-    True
-    """
-    import keras
-
-    if keras.backend.backend() == "torch":  # keras.distribution does not cover torch
-        import torch
-
-        return torch.cuda.is_available()
-    return any(
-        kind in device.lower()
-        for device in keras.distribution.list_devices()
-        for kind in ("gpu", "tpu", "cuda")
-    )
 
 
 def check_jit_compile(jit_compile):

@@ -373,7 +373,7 @@ def resolve_batch_size(batch_size, compiled):
     if batch_size == "auto":
         if not compiled:
             return BATCH_SIZE
-        from keras_transformer.train_config import has_accelerator
+        from keras_transformer.machine import has_accelerator
 
         return BATCH_SIZE if has_accelerator() else COMPILED_CPU_BATCH_SIZE
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:

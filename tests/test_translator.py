@@ -150,7 +150,7 @@ def test_decoding_compiles_by_default_where_xla_is(run_dir):
         Translator.from_directory(str(run_dir), jit_compile="yes")
     with pytest.raises(ValueError, match="batch_size"):
         Translator.from_directory(str(run_dir), batch_size=0)
-    from keras_transformer.train_config import has_accelerator
+    from keras_transformer.machine import has_accelerator
     from keras_transformer.translator import BATCH_SIZE
     from keras_transformer.translator import COMPILED_CPU_BATCH_SIZE
 
