@@ -415,11 +415,13 @@ class MultiHeadAttention(keras.layers.Layer):
         # A fused kernel projects an input to all three at once; different
         # inputs (cross-attention) each take the part they need.
         q, k, v = self._split_qkv(query, apply)
-        if project_kv and key is not query:
-            _, k, _ = self._split_qkv(key, apply)
-        if project_kv and value is not query:
-            v = (self._split_qkv(value, apply) if value is not key else self._split_qkv(key, apply))[2]
-        return q, (k if project_kv else None), (v if project_kv else None)
+        if not project_kv:
+            return q, None, None
+        if key is not query:
+            _, k, v = self._split_qkv(key, apply)
+        if value is not key:
+            v = self._split_qkv(value, apply)[2]
+        return q, k, v
 
     def key_value_cache(self, value, key=None):
         """Projects keys and values once, as a read-only cache.
