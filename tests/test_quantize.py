@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import FIXTURE_CORPUS
 from conftest import to_numpy
 import keras_transformer as kt
 
@@ -97,7 +98,9 @@ def test_translate_and_evaluate_take_quantize_and_keep_the_float_report(tmp_path
     sentences = ["Y dijo Dios: Sea la luz.", "Jesús lloró."]
     main(["translate", "--model", str(run), "--quantize", "int8", *sentences])
     assert capsys.readouterr().out.splitlines() == translator(sentences)
-    main(["evaluate", "--model", str(run), "--split", "heldout", "--limit", "2", "--quantize", "int4"])
+    # The fixture's config.json names the corpus path of the machine that wrote it.
+    main(["evaluate", "--model", str(run), "--split", "heldout", "--limit", "2", "--quantize", "int4",
+          "--corpus", FIXTURE_CORPUS])
     report = json.loads((run / "evaluation-heldout-beam4-norepeat3-int4.json").read_text())
     assert report["sentences"] == 2
     assert not (run / "evaluation-heldout-beam4-norepeat3.json").exists()
