@@ -27,7 +27,6 @@ import keras
 import numpy as np
 
 from keras_transformer import trainer
-from keras_transformer.train_config import TrainConfig
 
 # The options the settings give a default for (the variants may change them).
 _CONFIG_OPTIONS = ("num_layers", "d_model", "num_heads", "ff_dim", "tie_embeddings", "dropout")
@@ -199,7 +198,7 @@ def _model_arguments(settings, options):
         max_length=settings.max_length,
         warmup_steps=settings.warmup_steps or max(1, settings.steps // 5),
         label_smoothing=0.0,
-        tie_embeddings=TrainConfig.tie_embeddings,
+        tie_embeddings=True,  # as a training run's default
         **{key: getattr(settings, key) for key in _CONFIG_OPTIONS if key != "tie_embeddings"},
     )
     arguments.update(options)

@@ -66,3 +66,43 @@ def enable_lora(model, rank, targets=("query", "value"), embeddings=False, lora_
                 layer.enable_lora(rank, lora_alpha=lora_alpha)
                 adapted.append(layer.token_embedding)
     return adapted
+
+
+def restart_adapters(model, seed=None):
+    """Gives every LoRA adapter of `model` a fresh start: A random, B zero.
+
+    Keras' `Dense` and `Embedding` save LoRA-adapted kernels merged, and
+    loading weights into an adapted layer sets both factors to zero, where
+    neither gets a gradient again. After such a load (a resumed
+    fine-tuning run), this starts new adapters on top of the merged
+    kernels; the model computes the same function until they train.
+
+    Args:
+        model: a Keras model, some of whose layers have LoRA enabled.
+        seed: int, seeds the A factors.
+
+    Returns:
+        The number of layers whose adapters were restarted.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(50, 50, num_layers=1, d_model=16,
+    ...                               num_heads=2, ff_dim=32, max_length=8)
+    >>> _ = enable_lora(model, rank=2)
+    >>> restart_adapters(model, seed=1)
+    6
+    """
+    import keras
+
+    restarted = 0
+    for layer in model._flatten_layers(include_self=False):
+        if not getattr(layer, "lora_enabled", False):
+            continue
+        for name, initializer in (("a", keras.initializers.HeUniform(seed=None if seed is None else seed + restarted)),
+                                  ("b", keras.initializers.Zeros())):
+            kind = "kernel" if hasattr(layer, f"lora_kernel_{name}") else "embeddings"
+            variable = getattr(layer, f"lora_{kind}_{name}")
+            variable.assign(initializer(variable.shape, variable.dtype))
+        restarted += 1
+    return restarted

@@ -29,6 +29,7 @@ TRAINING_DEFAULTS = {
     "base": dict(epochs=20, steps_per_epoch=500, warmup_steps=4000, vocabulary_size=8000),
     "big": dict(epochs=20, steps_per_epoch=500, warmup_steps=4000, vocabulary_size=8000),
 }
+DEFAULT_MAX_LENGTH = 128
 DISTRIBUTE_MODES = ("data", "model")
 INPUT_PIPELINES = ("auto", "tf.data", "python")
 # Fields that may differ when a run is resumed in the same folder (a backup
@@ -122,7 +123,8 @@ class TrainConfig:
         num_layers, d_model, num_heads, ff_dim: model size; None takes the
             preset's.
         dropout: residual dropout. Defaults to 0.1.
-        max_length: longest source or target, in tokens. Defaults to 128.
+        max_length: longest source or target, in tokens. None (the
+            default) is 128, or the starting run's with `start_from`.
         vocabulary_size: joint SentencePiece vocabulary; None takes the
             preset's (`TRAINING_DEFAULTS`: 4000 for tiny, else 8000).
         batch_tokens: tokens per batch (source or target side, padding
@@ -145,6 +147,7 @@ class TrainConfig:
             per shape (about a minute each for the base model on a GPU),
             hence 32 there (lengths 32/64/96/128).
         tie_embeddings: share the decoder embedding with the output layer.
+            None (the default) is True, or the starting run's.
         seed: seeds weights, dropout and data order.
         distribute: None (one device), "data" (data parallel: the model is
             replicated, every global batch is split across the devices) or
@@ -186,6 +189,20 @@ class TrainConfig:
             virtual epochs are averaged after training, as in the paper, and
             the average is kept if it scores a better dev BLEU (without dev
             BLEU: always). Defaults to 1 (no averaging).
+        start_from: None (random weights, a new vocabulary), or the folder
+            of a trained run to fine-tune: the new run keeps its model's
+            sizes and its vocabulary, starts from its weights with a fresh
+            optimizer, and takes `fine_tuning.FINE_TUNING_DEFAULTS` for the
+            epochs, steps, warm-up and learning rate it does not set
+            (`keras_transformer.fine_tuning`).
+        lora_rank: with `start_from`, train only LoRA adapters of this rank
+            on each attention layer's W_Q and W_V (`keras_transformer.lora`);
+            the saved model holds the merged weights. None (the default)
+            trains every weight.
+        learning_rate: the peak of the learning-rate schedule (warm-up,
+            then 1/sqrt(step) decay); None (the default) is the paper's
+            d_model^-0.5 * warmup_steps^-0.5, or with `start_from` the
+            fine-tuning default.
 
     Example:
 
@@ -202,7 +219,7 @@ class TrainConfig:
     num_heads: int = None
     ff_dim: int = None
     dropout: float = 0.1
-    max_length: int = 128
+    max_length: int = None
     vocabulary_size: int = None
     batch_tokens: int = 4096
     epochs: int = None
@@ -212,7 +229,7 @@ class TrainConfig:
     mixed_precision: str = None
     jit_compile: object = "auto"
     bucket: bool = True
-    tie_embeddings: bool = True
+    tie_embeddings: bool = None
     seed: int = 0
     distribute: str = None
     bucket_width: int = None
@@ -230,6 +247,9 @@ class TrainConfig:
     vocabulary_sample: int = DEFAULT_VOCABULARY_SAMPLE
     dev_bleu_sentences: int = 200
     average_last: int = 1
+    start_from: str = None
+    lora_rank: int = None
+    learning_rate: float = None
 
     def parallel_corpus(self):
         """The `ParallelCorpus` the corpus fields name (checked when resolved).
@@ -252,22 +272,40 @@ class TrainConfig:
         ['d_model', 'dropout', 'ff_dim']
         """
         names = ("vocabulary_size", "num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout",
-                 "tie_embeddings", "warmup_steps", "label_smoothing", "jit_compile", "flash_attention")
+                 "tie_embeddings", "warmup_steps", "label_smoothing", "jit_compile", "flash_attention",
+                 "learning_rate")
         return {name: getattr(self, name) for name in names}
 
     def resolved(self):
-        """A copy with the preset, the hardware defaults and the output folder filled in."""
-        preset = self.preset or ("base" if has_accelerator() else "tiny")
-        if preset not in PRESETS:
-            raise UserInputError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}.")
-        sizes = {key: getattr(self, key) or value for key, value in PRESETS[preset].items()}
+        """A copy with the preset, the hardware defaults and the output folder filled in.
+
+        With `start_from`, the starting run's sizes and the fine-tuning
+        defaults come first (`fine_tuning.fine_tuning_config`), and the
+        output folder defaults to the starting folder's name plus
+        `-fine-tuned`.
+        """
         corpus = self.parallel_corpus()
         corpus.check()
+        output = self.output or (os.path.normpath(self.start_from) + "-fine-tuned" if self.start_from
+                                 else _default_output(corpus))
+        config = dataclasses.replace(self, output=output)
+        if self.start_from is not None:
+            from keras_transformer import fine_tuning
+
+            config = fine_tuning.fine_tuning_config(config, fine_tuning.read_starting_run(self.start_from, output))
+        elif self.lora_rank is not None:
+            raise UserInputError("--lora adapts a trained model: give the run to start from with --from.")
+        preset = config.preset or ("base" if has_accelerator() else "tiny")
+        if preset not in PRESETS:
+            raise UserInputError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}.")
+        sizes = {key: getattr(config, key) or value for key, value in PRESETS[preset].items()}
         # One spelling in config.json: a path, or a list of two.
         paths = {key: list(value) if isinstance(value, tuple) else value
                  for key, value in (("corpus", corpus.path), ("dev", corpus.dev), ("test", corpus.test))}
-        config = dataclasses.replace(self, preset=preset, output=self.output or _default_output(corpus),
-                                     **sizes, **paths)
+        config = dataclasses.replace(config, preset=preset, **sizes, **paths)
+        for key, value in (("max_length", DEFAULT_MAX_LENGTH), ("tie_embeddings", True)):
+            if getattr(config, key) is None:
+                config = dataclasses.replace(config, **{key: value})
         for key, value in {**TRAINING_DEFAULTS[preset], **hardware_defaults()}.items():
             if getattr(config, key) is None:
                 config = dataclasses.replace(config, **{key: value})
@@ -318,6 +356,15 @@ class TrainConfig:
             raise UserInputError(
                 f"--vocabulary-sample must be at least 2 sentences (one pair), got {self.vocabulary_sample}."
             )
+        if self.lora_rank is not None and self.lora_rank < 1:
+            raise UserInputError(f"--lora must be a positive rank, got {self.lora_rank}.")
+        if self.lora_rank and self.average_last > 1:
+            raise UserInputError(
+                "--average-last averages the trainable weights, which under --lora are the two factors of each "
+                "adapter: their average is not the average adapter. Leave out --average-last with --lora."
+            )
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise UserInputError(f"--learning-rate must be positive, got {self.learning_rate}.")
         if self.distribute not in (None, *DISTRIBUTE_MODES):
             raise UserInputError(f"--distribute must be data or model, got {self.distribute!r}.")
         import keras

@@ -34,12 +34,14 @@ settings are a `TrainConfig` (`train_config`).
 import dataclasses
 import math
 import os
+import shutil
 import threading
 import time
 
 import keras
 
 from keras_transformer import distribute
+from keras_transformer import fine_tuning
 from keras_transformer import learning_curve
 from keras_transformer import model_flops
 from keras_transformer import model_selection
@@ -140,6 +142,25 @@ class _EpochTensorBoard(keras.callbacks.TensorBoard):
             super().on_train_batch_end(batch, logs)
 
 
+class _RestartLoraAdapters(keras.callbacks.Callback):
+    """Starts new LoRA adapters once a resumed run's backup is loaded.
+
+    A backup holds merged kernels, and loading one (`EpochBackup` does, as
+    training begins: this callback must come after it) zeroes both factors
+    of each adapter (Keras' `Dense`), where neither gets a gradient again.
+    New adapters (`lora.restart_adapters`) continue from the merged weights.
+    """
+
+    def __init__(self, seed):
+        super().__init__()
+        self.seed = seed
+
+    def on_train_begin(self, logs=None):
+        from keras_transformer import lora
+
+        lora.restart_adapters(self.model, seed=self.seed)
+
+
 def _non_finite_loss_error(stop, config):
     good_epochs = (stop.step - 1) // config.steps_per_epoch
     kept = (
@@ -185,6 +206,7 @@ def build_translator(
     warmup_steps=4000,
     label_smoothing=0.1,
     jit_compile="auto",
+    learning_rate=None,
     **model_options,
 ):
     """A compiled Transformer with the paper's optimizer, schedule and loss.
@@ -197,6 +219,8 @@ def build_translator(
         num_layers, d_model, num_heads, ff_dim, max_length: as `kt.models.transformer`.
         dropout, tie_embeddings: as `kt.models.transformer`.
         warmup_steps: int, of `TransformerSchedule`.
+        learning_rate: float, the schedule's peak (at `warmup_steps`);
+            None is the paper's, `d_model^-0.5 * warmup_steps^-0.5`.
         label_smoothing: float, of `MaskedSparseCrossentropy`.
         jit_compile: as `Model.compile`; True is refused on torch
             (`train_config.check_jit_compile`).
@@ -230,6 +254,8 @@ def build_translator(
         **model_options,
     )
     schedule = training.TransformerSchedule(d_model, warmup_steps=warmup_steps)
+    if learning_rate is not None:
+        schedule = training.TransformerSchedule.with_peak(d_model, warmup_steps, learning_rate)
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         loss=training.MaskedSparseCrossentropy(label_smoothing=label_smoothing),
@@ -273,7 +299,7 @@ def train_translator(
             or backup, too little disk space, or a loss that stopped being
             finite.
     """
-    start = time.time()
+    start_time = time.time()
     process_id, num_processes = distribute.join_processes()  # before anything touches JAX (resolved() does)
     if sample_sentences is not None:
         config = dataclasses.replace(config, dev_bleu_sentences=sample_sentences)
@@ -282,6 +308,12 @@ def train_translator(
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.
     corpus_data = train_input.read_corpus(config)
+    start = None
+    if config.start_from:  # the model and vocabulary to start from, checked before anything is written
+        start = fine_tuning.read_starting_run(config.start_from, config.output)
+        splits = corpus_data.splits
+        fine_tuning.check_vocabulary_fits(splits["train"] or splits["dev"], start, log)
+        start = dataclasses.replace(start, weights=fine_tuning.read_starting_weights(start))
     recorded_epochs = run_folder.prepare_output(config, overwrite, process_id, num_processes)
     # Set either way and restored after: a policy left by an earlier run in
     # the process (or reset by keras.backend.clear_session()) must not decide this one's.
@@ -294,19 +326,25 @@ def train_translator(
         # Before the model is built: its variables are created sharded.
         keras.distribution.set_distribution(placement.distribution)
     try:
-        return _train(config, corpus_data, placement, recorded_epochs, start, verbose, log, callbacks)
+        return _train(config, corpus_data, placement, recorded_epochs, start_time, verbose, log, callbacks, start)
     finally:
         keras.config.set_dtype_policy(previous_policy)
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 
 
-def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log, callbacks):
+def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose, log, callbacks, start):
     from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
     with placement.scope():
         model = build_translator(**config.model_arguments())
+        if start is not None:
+            fine_tuning.assign_starting_weights(model, start)
+        if config.lora_rank:
+            from keras_transformer import lora
+
+            lora.enable_lora(model, config.lora_rank)
         run_folder.check_free_space(output, model.count_params(), config.average_last if config.average_last > 1 else 0)
         epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
         job_epochs = distribute.agreed_epochs(epochs_done, placement)
@@ -318,16 +356,21 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
     vocabulary_path = os.path.join(output, run_folder.VOCABULARY_FILE)
-    if epochs_done == 0 or not os.path.exists(vocabulary_path):
+    if start is not None:
+        shutil.copyfile(start.vocabulary_path, vocabulary_path)
+    elif epochs_done == 0 or not os.path.exists(vocabulary_path):
         train_input.learn_vocabulary(config, corpus_data, vocabulary_path)
     data = train_input.train_data(
         config, corpus_data, vocabulary_path, placement, epochs_done * config.steps_per_epoch, log
     )
     train_data, dev_data, dev_pairs = data.train, data.dev, corpus_data.splits["dev"]
 
+    trainable = sum(int(math.prod(variable.shape)) for variable in model.trainable_weights)
     log(
-        f"model: preset {config.preset}, {model.count_params():,} parameters, "
-        f"backend {keras.backend.backend()}, {config.total_steps} steps"
+        f"model: preset {config.preset}, {model.count_params():,} parameters"
+        + (f" ({trainable:,} trainable: LoRA rank {config.lora_rank})" if config.lora_rank else "")
+        + (f", starting from {config.start_from}" if config.start_from else "")
+        + f", backend {keras.backend.backend()}, {config.total_steps} steps"
         + (f", resuming after epoch {epochs_done}" if epochs_done else "")
     )
     tensorboard = []
@@ -358,6 +401,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         # Backup first: the progress file must never run ahead of it. The
         # last backup stays after training, so a larger --epochs continues.
         run_folder.EpochBackup(os.path.join(output, run_folder.BACKUP_FOLDER)),
+        *([_RestartLoraAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
         run_folder.RestoreRandomState(random_state),
         run_folder.ProgressFile(os.path.join(output, run_folder.PROGRESS_FILE)),
         # Before the loggers: dev BLEU joins the epoch's logs.
@@ -411,8 +455,9 @@ def _train(config, corpus_data, placement, recorded_epochs, start, verbose, log,
         "completed_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "trained_steps_this_run": trained_steps,
         "fit_seconds": fit_seconds,
-        "wall_seconds": time.time() - start,
+        "wall_seconds": time.time() - start_time,
         "parameters": model.count_params(),
+        "trainable_parameters": trainable,
         "backend": keras.backend.backend(),
         "input_pipeline": data.pipeline,
         "stream": config.stream,

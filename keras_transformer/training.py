@@ -40,6 +40,18 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.scale = float(scale)
 
+    @classmethod
+    def with_peak(cls, d_model, warmup_steps, peak):
+        """The schedule of this shape whose peak, at `warmup_steps`, is `peak`.
+
+        Example:
+
+        >>> schedule = TransformerSchedule.with_peak(128, warmup_steps=50, peak=1e-3)
+        >>> round(float(schedule(49)), 6), round(float(schedule(199)), 6)  # the peak, then 1/sqrt(step)
+        (0.001, 0.0005)
+        """
+        return cls(d_model, warmup_steps=warmup_steps, scale=peak * (d_model * warmup_steps) ** 0.5)
+
     def __call__(self, step):
         # Optimizer iterations start at 0; the paper's step starts at 1.
         step = ops.cast(step, "float32") + 1.0

@@ -201,7 +201,7 @@ class Translator:
                 "holds a model but not the vocabulary it was trained with. Copy the whole "
                 "--output folder of the training run."
             )
-        model = run_folder.load_model(model_path)
+        model = run_folder.load_model(model_path, compile=False)  # decoding needs no optimizer
         transformer_parts(model, what=f"The model in {model_path!r}")
         if quantize:
             from keras_transformer.quantization import quantize as quantize_model

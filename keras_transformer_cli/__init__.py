@@ -43,6 +43,9 @@ BATCH_SIZE = "auto"
 # keras_transformer.ctranslate2_model.QUANTIZATIONS (a test checks they agree).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                              "float32")
+# keras_transformer.fine_tuning.FINE_TUNING_DEFAULTS and LORA_DEFAULTS (a test checks they agree).
+FINE_TUNING_SUMMARY = "3 x 100 steps, 50 warm-up steps, peak learning rate 0.001"
+LORA_LEARNING_RATE = 3e-3
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 TRAIN_DESCRIPTION = """\
@@ -91,6 +94,16 @@ def _int_at_least(low, wording):
 
 _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "an integer >= 0")
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _batch_size(text):
@@ -156,8 +169,8 @@ def _add_train_arguments(parser):
                         "(default: the preset's)")
     parser.add_argument("--ff-dim", type=_positive_int, help="feed-forward hidden units (default: the preset's)")
     parser.add_argument("--dropout", type=_fraction, default=0.1, help="residual and embedding dropout")
-    parser.add_argument("--max-length", type=_positive_int, default=128,
-                        help="tokens per sequence; longer pairs are truncated")
+    parser.add_argument("--max-length", type=_positive_int,
+                        help="tokens per sequence; longer pairs are truncated (default: 128, or the --from run's)")
     parser.add_argument("--vocabulary-size", type=_positive_int,
                         help="pieces of the joint source-target SentencePiece vocabulary (default: 4000 for tiny, "
                              "8000 for the other presets)")
@@ -212,6 +225,17 @@ def _add_train_arguments(parser):
                              "(default: one device). Several hosts (JAX): the same command on each, with "
                              "KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and _PROCESS_ID set "
                              "(docs/scaling-out.md)")
+    parser.add_argument("--from", dest="start_from", metavar="RUN_FOLDER",
+                        help="fine-tune: start from this trained run's weights and vocabulary (its sizes kept), "
+                             f"with a fresh optimizer and the fine-tuning defaults: {FINE_TUNING_SUMMARY} "
+                             "(default: --output is RUN_FOLDER-fine-tuned)")
+    parser.add_argument("--lora", dest="lora_rank", type=_positive_int, metavar="RANK",
+                        help="with --from: train only LoRA adapters of this rank on each attention layer's W_Q and "
+                             f"W_V (peak learning rate {LORA_LEARNING_RATE:g}); model.keras holds the merged weights")
+    parser.add_argument("--learning-rate", type=_positive_float, metavar="PEAK",
+                        help="peak of the learning-rate schedule, reached after --warmup-steps, then 1/sqrt(step) "
+                             "decay (default: the paper's d_model^-0.5 * warmup^-0.5; the fine-tuning default "
+                             "with --from)")
     parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
 
 

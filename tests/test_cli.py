@@ -55,7 +55,7 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
         cli.build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for flag, default in (("--dropout", "0.1"), ("--seed", "0"),
-                          ("--label-smoothing", "0.1"), ("--batch-tokens", "4096"), ("--max-length", "128")):
+                          ("--label-smoothing", "0.1"), ("--batch-tokens", "4096")):
         entry = re.search(rf"{flag} [A-Z_]+ (.{{0,400}})", text)  # the option's own entry, not the usage line
         assert entry and f"(default: {default})" in entry.group(1), flag
     tiny = TRAINING_DEFAULTS["tiny"]  # the help states the presets' own defaults
@@ -66,6 +66,7 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
         assert f"{preset} on a" in text and layers == f"{sizes['num_layers']}+{sizes['num_layers']} layers"
         assert f"d_model {sizes['d_model']}, {sizes['num_heads']} heads" in text
     assert "min on a shared 2-core CPU" in text and "H100" in text
+    assert re.search(r"--max-length MAX_LENGTH [^(]*\(default: 128, or the --from run's\)", text)
 
 
 def test_the_parsers_defaults_are_the_configs():

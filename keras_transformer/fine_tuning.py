@@ -1,0 +1,262 @@
+"""Fine-tuning: a training run that starts from a trained run's model and vocabulary.
+
+`keras-transformer train --from RUN_FOLDER` (`TrainConfig.start_from`)
+builds the model the starting run trained, with its sizes and its
+vocabulary (`vocabulary.spm` is copied, never learned again), puts that
+run's weights in it, and trains on the new corpus with a fresh optimizer
+and a fine-tuning schedule (`FINE_TUNING_DEFAULTS`: a short warm-up, a
+lower peak learning rate, a short budget). With `lora_rank` (`--lora RANK`)
+only low-rank adapters on the attention projections train
+(`keras_transformer.lora`). The new folder is an ordinary run folder: it
+resumes, keeps the weights with the best dev BLEU, translates, evaluates
+and exports like any other, and its `config.json` records `start_from`.
+
+Everything here runs before the new run writes anything: a starting
+folder without a model or vocabulary, a model this version cannot read,
+sizes that contradict it, `--from` equal to `--output`, or a corpus the
+vocabulary does not cover stop the command with nothing written.
+"""
+
+import dataclasses
+import os
+
+from keras_transformer.errors import UserInputError
+
+# The fields that define the model's shape: a fine-tuning run takes them
+# from the starting run, and a flag that contradicts one is refused.
+ARCHITECTURE_FIELDS = (
+    "preset", "num_layers", "d_model", "num_heads", "ff_dim", "max_length", "vocabulary_size", "tie_embeddings",
+)
+# The training settings a fine-tuning run takes when it does not set them,
+# for every preset (measured on the Spanish -> KJV shift, tiny preset:
+# benchmarks/findings/fine-tuning.md). `learning_rate` is the schedule's peak.
+FINE_TUNING_DEFAULTS = dict(epochs=3, steps_per_epoch=100, warmup_steps=50, learning_rate=1e-3)
+LORA_DEFAULTS = dict(learning_rate=3e-3)
+# Characters of the new corpus that the starting vocabulary cannot spell
+# (they become <unk>): above the first share a warning, above the second
+# the run is refused.
+UNKNOWN_WARNING, UNKNOWN_ERROR = 0.01, 0.5
+_SAMPLE_PAIRS = 5000
+
+
+@dataclasses.dataclass(frozen=True)
+class StartingRun:
+    """A trained run folder a new run starts from.
+
+    Args:
+        folder: the run folder.
+        config: its `config.json`, a dict.
+        model_path: its `model.keras`.
+        vocabulary_path: its `vocabulary.spm`.
+        weights: its model's weights (NumPy arrays, in the model's
+            order), once `read_starting_weights` has read them.
+    """
+
+    folder: str
+    config: dict
+    model_path: str
+    vocabulary_path: str
+    weights: list = None
+
+    @property
+    def architecture(self):
+        """The starting run's `ARCHITECTURE_FIELDS`, as its config records them."""
+        return {key: self.config[key] for key in ARCHITECTURE_FIELDS}
+
+
+def read_starting_run(folder, output=None):
+    """Checks a run folder to start from and reads its config.
+
+    Args:
+        folder: the `--from` folder.
+        output: the new run's `--output`, which must be another folder.
+
+    Returns:
+        A `StartingRun`.
+
+    Raises:
+        UserInputError: the folder is the output folder, or lacks a model,
+            a vocabulary or a config that records the model's sizes.
+
+    Example:
+
+    >>> import tempfile
+    >>> read_starting_run(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    keras_transformer.errors.UserInputError: --from ... holds no model.keras: ...
+    """
+    from keras_transformer import run_folder
+
+    if not os.path.isdir(folder):
+        raise UserInputError(f"--from {folder!r} is not a folder: pass the --output folder of a finished training run.")
+    if output is not None and os.path.realpath(folder) == os.path.realpath(output):
+        raise UserInputError(
+            f"--from {folder!r} is the --output folder itself: fine-tuning writes a new run, which would "
+            "overwrite the model it starts from. Pass another --output."
+        )
+    paths = {name: os.path.join(folder, name)
+             for name in (run_folder.MODEL_FILE, run_folder.VOCABULARY_FILE, run_folder.CONFIG_FILE)}
+    missing = [name for name, path in paths.items() if not os.path.isfile(path)]
+    if missing:
+        raise UserInputError(
+            f"--from {folder!r} holds no {' and no '.join(missing)}: pass the --output folder of a finished "
+            "`keras-transformer train` run (it holds model.keras, vocabulary.spm and config.json)."
+        )
+    try:
+        config = run_folder.read_json(paths[run_folder.CONFIG_FILE])
+    except (OSError, ValueError) as error:
+        raise UserInputError(f"{paths[run_folder.CONFIG_FILE]!r} is unreadable ({error}).") from error
+    absent = [key for key in ARCHITECTURE_FIELDS if not isinstance(config, dict) or key not in config]
+    if absent:
+        raise UserInputError(
+            f"{paths[run_folder.CONFIG_FILE]!r} does not record the model's {', '.join(absent)}: it was not "
+            "written by `keras-transformer train`, or by an incompatible version; nothing was changed."
+        )
+    return StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
+
+
+def fine_tuning_config(config, start):
+    """`config` with the starting run's sizes and the fine-tuning defaults filled in.
+
+    A size the new run sets (not None) must equal the starting run's.
+
+    Args:
+        config: the new run's unresolved `TrainConfig`.
+        start: a `StartingRun`.
+
+    Returns:
+        The `TrainConfig`, still to be resolved.
+
+    Raises:
+        UserInputError: a size contradicts the starting model, naming each.
+    """
+    contradictions = [
+        f"--{key.replace('_', '-')} {getattr(config, key)!r} (the model has {value!r})"
+        for key, value in start.architecture.items()
+        if getattr(config, key) is not None and getattr(config, key) != value
+    ]
+    if contradictions:
+        raise UserInputError(
+            f"--from {start.folder!r} trained another model: {', '.join(contradictions)}. A fine-tuning run "
+            "keeps the model's sizes and vocabulary; leave these flags out."
+        )
+    defaults = {**FINE_TUNING_DEFAULTS, **(LORA_DEFAULTS if config.lora_rank else {})}
+    filled = {key: value for key, value in defaults.items() if getattr(config, key) is None}
+    return dataclasses.replace(config, **start.architecture, **filled)
+
+
+def read_starting_weights(start):
+    """The starting run's trained weights, as NumPy arrays in the model's order.
+
+    Read before the new run writes anything, so a model this version
+    cannot read stops the command first. The optimizer is not read: a
+    fine-tuning run starts a fresh one.
+
+    Raises:
+        UserInputError: `model.keras` is missing, damaged or holds layers
+            this package does not define.
+    """
+    import keras
+
+    from keras_transformer import run_folder
+
+    trained = run_folder.load_model(start.model_path, compile=False)
+    return [keras.ops.convert_to_numpy(variable) for variable in trained.weights]
+
+
+def assign_starting_weights(model, start):
+    """Puts `start.weights` into `model`, built with the starting run's sizes.
+
+    Raises:
+        UserInputError: the weights do not fit the model the starting run's
+            config describes (another version wrote them, or the folder
+            mixes files of different runs).
+    """
+    variables = model.weights
+    mismatched = [
+        f"{variable.path} {tuple(variable.shape)} against {tuple(value.shape)}"
+        for variable, value in zip(variables, start.weights) if tuple(variable.shape) != tuple(value.shape)
+    ]
+    if len(variables) != len(start.weights) or mismatched:
+        raise UserInputError(
+            f"{start.model_path!r} does not fit the model its config.json describes "
+            f"({len(start.weights)} weights, the model {len(variables)}"
+            + (f"; {mismatched[0]}" if mismatched else "")
+            + "): an incompatible version wrote it, or the folder mixes files of different runs."
+        )
+    for variable, value in zip(variables, start.weights):
+        variable.assign(value)
+
+
+def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
+    """The share of each side's characters that a vocabulary cannot spell.
+
+    A character the vocabulary has no piece for becomes `<unk>`: the model
+    can neither read it (source) nor write it (target). Counted on the
+    first `sample` pairs, spaces excluded.
+
+    Args:
+        pairs: `TranslationPair`s of the new corpus.
+        vocabulary_path: a `vocabulary.spm`.
+        sample: int, pairs counted.
+
+    Returns:
+        `(source_share, target_share)`, floats in [0, 1].
+
+    Example:
+
+    >>> import tempfile, os
+    >>> from keras_transformer.data.corpus import TranslationPair
+    >>> from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+    >>> path = os.path.join(tempfile.mkdtemp(), "v.spm")
+    >>> _ = train_tokenizer(["la tierra y el cielo", "the earth and the sky"], 20, path=path)
+    >>> unknown_shares([TranslationPair("1", "", "train", "la tierra", "地球", ("地球",))], path)
+    (0.0, 1.0)
+    """
+    from keras_transformer.data.sentence_piece_tokenizer import read_vocabulary
+    from keras_transformer.data.special_tokens import UNK_ID
+
+    _, processor = read_vocabulary(vocabulary_path)
+    shares = []
+    for side in ("source", "target"):
+        texts = [getattr(pair, side) for pair in pairs[:sample]]
+        unknown = total = 0
+        # An unknown piece is spelled by its surface text, and its id is <unk>'s.
+        for ids, pieces in zip(processor.encode(texts, out_type=int), processor.encode(texts, out_type=str)):
+            for id_, piece in zip(ids, pieces):
+                characters = len(piece.replace("\u2581", "").replace(" ", ""))
+                total += characters
+                if id_ == UNK_ID:
+                    unknown += characters
+        shares.append(unknown / total if total else 0.0)
+    return tuple(shares)
+
+
+def check_vocabulary_fits(pairs, start, log=print):
+    """Says how much of the new corpus the starting vocabulary cannot spell; refuses a corpus it cannot read.
+
+    Raises:
+        UserInputError: more than `UNKNOWN_ERROR` of a side's characters
+            are unknown to the vocabulary.
+    """
+    source, target = unknown_shares(pairs, start.vocabulary_path)
+    log(f"vocabulary of {start.folder}: {source:.2%} of the source and {target:.2%} of the target characters "
+        "are unknown to it (<unk>)")
+    worst = max(source, target)
+    if worst > UNKNOWN_ERROR:
+        raise UserInputError(
+            f"the vocabulary of --from {start.folder!r} cannot spell {worst:.0%} of the new corpus' "
+            f"{'source' if source >= target else 'target'} characters (another script or language?): "
+            "fine-tuning would learn <unk>. Train a new model on this corpus instead (no --from); nothing was written."
+        )
+    if worst > UNKNOWN_WARNING:
+        import warnings
+
+        warnings.warn(
+            f"the vocabulary of --from {start.folder!r} cannot spell {worst:.1%} of the new corpus' "
+            f"{'source' if source >= target else 'target'} characters; they become <unk> in training and "
+            "translations. A model trained on this corpus from scratch has its own vocabulary.",
+            stacklevel=2,
+        )
+    return source, target
