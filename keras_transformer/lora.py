@@ -11,6 +11,9 @@ adapters to the chosen projections of every attention layer.
 from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers import PositionalEmbedding
 
+# What `enable_lora_on` adapts: attention projections, and the token embeddings.
+TARGETS = ("query", "key", "value", "output", "embeddings")
+
 
 def enable_lora(model, rank, targets=("query", "value"), embeddings=False, lora_alpha=None):
     """Freezes `model` and adds LoRA adapters to its attention projections.
@@ -66,6 +69,33 @@ def enable_lora(model, rank, targets=("query", "value"), embeddings=False, lora_
                 layer.enable_lora(rank, lora_alpha=lora_alpha)
                 adapted.append(layer.token_embedding)
     return adapted
+
+
+def enable_lora_on(model, rank, targets, lora_alpha=None):
+    """`enable_lora` with the targets named in one list, as `train --lora-targets` gives them.
+
+    Args:
+        model: as `enable_lora`.
+        rank: int, the adapters' rank.
+        targets: names among `TARGETS`; "embeddings" adapts the token
+            embeddings, the others each attention layer's projections.
+        lora_alpha: float, the adapters' scale numerator. Defaults to `rank`.
+
+    Returns:
+        The layers given adapters.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> model = kt.models.transformer(50, 50, num_layers=1, d_model=16,
+    ...                               num_heads=2, ff_dim=32, max_length=8)
+    >>> len(enable_lora_on(model, 2, ["query", "value", "embeddings"]))
+    8
+    """
+    projections = tuple(target for target in targets if target != "embeddings")
+    if not projections:
+        raise ValueError(f"LoRA targets must name at least one attention projection, got {list(targets)!r}.")
+    return enable_lora(model, rank, targets=projections, embeddings="embeddings" in targets, lora_alpha=lora_alpha)
 
 
 def restart_adapters(model, seed=None):

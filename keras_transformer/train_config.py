@@ -196,9 +196,12 @@ class TrainConfig:
             epochs, steps, warm-up and learning rate it does not set
             (`keras_transformer.fine_tuning`).
         lora_rank: with `start_from`, train only LoRA adapters of this rank
-            on each attention layer's W_Q and W_V (`keras_transformer.lora`);
-            the saved model holds the merged weights. None (the default)
-            trains every weight.
+            (`keras_transformer.lora`) on `lora_targets`; the saved model
+            holds the merged weights. None (the default) trains every weight.
+        lora_targets: what `lora_rank` adapts: a list of "query", "key",
+            "value", "output" (each attention layer's projections) and
+            "embeddings" (the token embeddings, and with tied embeddings
+            the output projection). None is `fine_tuning.LORA_TARGETS`.
         learning_rate: the peak of the learning-rate schedule (warm-up,
             then 1/sqrt(step) decay); None (the default) is the paper's
             d_model^-0.5 * warmup_steps^-0.5, or with `start_from` the
@@ -249,6 +252,7 @@ class TrainConfig:
     average_last: int = 1
     start_from: str = None
     lora_rank: int = None
+    lora_targets: list = None
     learning_rate: float = None
 
     def parallel_corpus(self):
@@ -358,6 +362,14 @@ class TrainConfig:
             )
         if self.lora_rank is not None and self.lora_rank < 1:
             raise UserInputError(f"--lora must be a positive rank, got {self.lora_rank}.")
+        if self.lora_targets is not None and not self.lora_rank:
+            raise UserInputError("--lora-targets says what --lora adapts: give the rank with --lora.")
+        if self.lora_targets is not None:
+            from keras_transformer.lora import TARGETS
+
+            unknown = [target for target in self.lora_targets if target not in TARGETS]
+            if unknown or not self.lora_targets:
+                raise UserInputError(f"--lora-targets must be some of {', '.join(TARGETS)}, got {self.lora_targets!r}.")
         if self.lora_rank and self.average_last > 1:
             raise UserInputError(
                 "--average-last averages the trainable weights, which under --lora are the two factors of each "

@@ -344,7 +344,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         if config.lora_rank:
             from keras_transformer import lora
 
-            lora.enable_lora(model, config.lora_rank)
+            lora.enable_lora_on(model, config.lora_rank, config.lora_targets or fine_tuning.LORA_TARGETS)
         run_folder.check_free_space(output, model.count_params(), config.average_last if config.average_last > 1 else 0)
         epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
         job_epochs = distribute.agreed_epochs(epochs_done, placement)
@@ -368,7 +368,8 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
     trainable = sum(int(math.prod(variable.shape)) for variable in model.trainable_weights)
     log(
         f"model: preset {config.preset}, {model.count_params():,} parameters"
-        + (f" ({trainable:,} trainable: LoRA rank {config.lora_rank})" if config.lora_rank else "")
+        + (f" ({trainable:,} trainable: LoRA rank {config.lora_rank} on "
+           f"{', '.join(config.lora_targets or fine_tuning.LORA_TARGETS)})" if config.lora_rank else "")
         + (f", starting from {config.start_from}" if config.start_from else "")
         + f", backend {keras.backend.backend()}, {config.total_steps} steps"
         + (f", resuming after epoch {epochs_done}" if epochs_done else "")
@@ -396,6 +397,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         selection.append(model_selection.LastCheckpoints(output, config.average_last))
     speed = training_speed.TrainingSpeed(config.steps_per_epoch)
     stop_on_non_finite = _StopOnNonFiniteLoss(config.steps_per_epoch)
+    clock = training_speed.RunClock(config.epochs, start_time, log)
     callbacks = [
         speed,  # first: its clock stops before the others' epoch-end work
         # Backup first: the progress file must never run ahead of it. The
@@ -410,6 +412,8 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         *tensorboard,
         learning_curve.LearningCurve(output, config.steps_per_epoch, log),
         stop_on_non_finite,
+        # Last of the package's: its epochs' times include the others' epoch-end work.
+        clock,
         *callbacks,
     ]
     fit_start = time.time()
@@ -474,4 +478,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         **sample,
     }
     run_folder.write_json(os.path.join(output, run_folder.SUMMARY_FILE), summary)
+    estimate = (f" (estimated after virtual epoch {clock.estimates[-1][0]}: {training_speed.duration(clock.estimates[-1][1])})"
+                if clock.estimates else "")
+    log(f"time: the run took {training_speed.duration(summary['wall_seconds'])}{estimate}")
     return summary

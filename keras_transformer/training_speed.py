@@ -1,7 +1,9 @@
-"""Training speed measured during `fit`: seconds per step, model FLOP/s and MFU.
+"""Training speed measured during `fit`: seconds per step, model FLOP/s and MFU; the run's time.
 
 The trainer reports these in its summary; `keras_transformer.model_flops`
-counts the FLOPs and knows the GPUs' peaks.
+counts the FLOPs and knows the GPUs' peaks. `RunClock` tells the user how
+long the whole run should take once an epoch is measured, and how long it
+took.
 """
 
 import statistics
@@ -98,6 +100,78 @@ class TrainingSpeed(keras.callbacks.Callback):
             "peak_flops": peak * devices if peak else None,
             "mfu": achieved / (peak * devices) if achieved and peak else None,
         }
+
+
+def duration(seconds):
+    """Seconds as people read them: `"45 s"`, `"12.5 min"`, `"2.1 h"`.
+
+    Example:
+
+    >>> duration(45.2), duration(750), duration(7560)
+    ('45 s', '12.5 min', '2.1 h')
+    """
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 100 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class RunClock(keras.callbacks.Callback):
+    """Says how long the whole run should take, after the first two epochs it trains.
+
+    After each of the first two virtual epochs a process trains, the time
+    left is estimated as the epochs left times that epoch's wall time
+    (steps, validation, dev BLEU, backup: everything `fit` does), and
+    logged with the run's total so far. The first epoch also compiles, so
+    its estimate is high; the second one's is the one to plan with
+    (`estimates` keeps them; the trainer compares the last with the run's
+    time at its end). Place it after the callbacks whose epoch-end work it
+    should count.
+
+    Args:
+        epochs: int, the run's virtual epochs (`fit`'s `epochs`).
+        run_start: float, `time.time()` when the run began (reading the
+            corpus, building the model count too).
+        log: callable for one-line messages.
+
+    Example:
+
+    >>> import numpy as np, time
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> lines = []
+    >>> _ = model.fit(np.zeros((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=3, verbose=0,
+    ...               callbacks=[RunClock(3, time.time(), lines.append)])
+    >>> [line.split(":")[0] for line in lines]
+    ['time after virtual epoch 1', 'time after virtual epoch 2']
+    """
+
+    def __init__(self, epochs, run_start, log=print):
+        super().__init__()
+        self.epochs = int(epochs)
+        self.run_start = run_start
+        self.log = log
+        self.estimates = []  # (virtual epoch, estimated total seconds)
+        self._last = None
+
+    def on_train_begin(self, logs=None):
+        self._last = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.time()
+        epoch_seconds, self._last = now - self._last, now
+        if len(self.estimates) >= 2:
+            return
+        left = self.epochs - (epoch + 1)
+        total = now - self.run_start + left * epoch_seconds
+        self.estimates.append((epoch + 1, total))
+        first = " (compiling included)" if len(self.estimates) == 1 else ""
+        self.log(
+            f"time after virtual epoch {epoch + 1}: it took {duration(epoch_seconds)}{first}; "
+            + (f"about {duration(total)} for the whole run, {duration(total - (now - self.run_start))} left "
+               f"({left} more virtual epoch{'s' * (left != 1)})" if left else "the last one")
+        )
 
 
 def describe(report):

@@ -44,8 +44,9 @@ BATCH_SIZE = "auto"
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                              "float32")
 # keras_transformer.fine_tuning.FINE_TUNING_DEFAULTS and LORA_DEFAULTS (a test checks they agree).
-FINE_TUNING_SUMMARY = "3 x 100 steps, 50 warm-up steps, peak learning rate 0.001"
-LORA_LEARNING_RATE = 3e-3
+FINE_TUNING_SUMMARY = "3 x 100 steps, 50 warm-up steps, peak learning rate 0.002"
+LORA_LEARNING_RATE = 1e-2
+LORA_TARGETS = ("query", "value", "embeddings")
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 TRAIN_DESCRIPTION = """\
@@ -104,6 +105,15 @@ def _positive_float(text):
     if value is None or not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def _lora_targets(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("query", "key", "value", "output", "embeddings")]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected names among query, key, value, output, embeddings, comma-separated; got {text!r}")
+    return names
 
 
 def _batch_size(text):
@@ -230,8 +240,11 @@ def _add_train_arguments(parser):
                              f"with a fresh optimizer and the fine-tuning defaults: {FINE_TUNING_SUMMARY} "
                              "(default: --output is RUN_FOLDER-fine-tuned)")
     parser.add_argument("--lora", dest="lora_rank", type=_positive_int, metavar="RANK",
-                        help="with --from: train only LoRA adapters of this rank on each attention layer's W_Q and "
-                             f"W_V (peak learning rate {LORA_LEARNING_RATE:g}); model.keras holds the merged weights")
+                        help="with --from: train only LoRA adapters of this rank on --lora-targets (peak learning "
+                             f"rate {LORA_LEARNING_RATE:g}); model.keras holds the merged weights")
+    parser.add_argument("--lora-targets", type=_lora_targets, metavar="NAMES",
+                        help="with --lora: what the adapters adapt, comma-separated among query, key, value, output "
+                             f"(each attention layer's projections) and embeddings (default: {','.join(LORA_TARGETS)})")
     parser.add_argument("--learning-rate", type=_positive_float, metavar="PEAK",
                         help="peak of the learning-rate schedule, reached after --warmup-steps, then 1/sqrt(step) "
                              "decay (default: the paper's d_model^-0.5 * warmup^-0.5; the fine-tuning default "

@@ -86,7 +86,8 @@ def test_fine_tuning_changes_the_weights_and_takes_the_fine_tuning_defaults(trai
 
 
 def test_lora_trains_the_adapters_only_and_saves_a_plain_model(trained_run, kjv, tmp_path):
-    summary = train_translator(_fine_tuning(trained_run, kjv, tmp_path / "lora", lora_rank=2), **_QUIET)
+    summary = train_translator(_fine_tuning(trained_run, kjv, tmp_path / "lora", lora_rank=2,
+                                            lora_targets=["query", "value"]), **_QUIET)
     start = json.load(open(trained_run / "config.json"))
     attention_layers = 3 * start["num_layers"]  # encoder self, decoder self and cross
     assert summary["trainable_parameters"] == attention_layers * 2 * 2 * start["d_model"] * 2
@@ -104,12 +105,33 @@ def test_lora_trains_the_adapters_only_and_saves_a_plain_model(trained_run, kjv,
     assert len(translations) == 1 and isinstance(translations[0], str)
 
 
+def test_lora_targets_reach_every_projection_and_the_embeddings(trained_run, kjv, tmp_path):
+    targets = ["query", "key", "value", "output", "embeddings"]
+    summary = train_translator(_fine_tuning(trained_run, kjv, tmp_path / "lora", lora_rank=2, lora_targets=targets),
+                               **_QUIET)
+    start = json.load(open(trained_run / "config.json"))
+    d_model, vocabulary = start["d_model"], start["vocabulary_size"]
+    projections = 3 * start["num_layers"] * 4 * (2 * d_model * 2)
+    embeddings = 2 * (vocabulary * 2 + 2 * d_model)  # the encoder's and the decoder's token matrices
+    assert summary["trainable_parameters"] == projections + embeddings
+    before, after = _weights(trained_run / "model.keras"), _weights(tmp_path / "lora" / "model.keras")
+    changed = {path for path in before if not np.array_equal(after[path], before[path])}
+    assert any(path.endswith("token_embedding/embeddings") for path in changed), sorted(changed)
+    assert all(path.endswith(("/kernel", "/embeddings")) for path in changed), sorted(changed)
+    with pytest.raises(UserInputError, match="--lora-targets says what --lora adapts"):
+        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_targets=["query"]).resolved()
+    with pytest.raises(UserInputError, match="--lora-targets must be some of"):
+        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["ffn"]).resolved()
+
+
 class _AdaptersAtStart(keras.callbacks.Callback):
     """Records, before the first step, the largest |A| of each LoRA adapter."""
 
     def on_train_begin(self, logs=None):
-        self.largest = [float(np.abs(keras.ops.convert_to_numpy(layer.lora_kernel_a)).max())
-                        for layer in self.model._flatten_layers() if getattr(layer, "lora_enabled", False)]
+        adapted = [layer for layer in self.model._flatten_layers() if getattr(layer, "lora_enabled", False)]
+        factors = [layer.lora_kernel_a if hasattr(layer, "lora_kernel_a") else layer.lora_embeddings_a
+                   for layer in adapted]
+        self.largest = [float(np.abs(keras.ops.convert_to_numpy(a)).max()) for a in factors]
 
 
 def test_a_resumed_lora_run_keeps_learning(trained_run, kjv, tmp_path):
@@ -121,10 +143,10 @@ def test_a_resumed_lora_run_keeps_learning(trained_run, kjv, tmp_path):
     adapters = _AdaptersAtStart()
     train_translator(_fine_tuning(trained_run, kjv, output, lora_rank=2, dev_bleu_sentences=0, epochs=2),
                      callbacks=[adapters], **_QUIET)
-    assert len(adapters.largest) == 6 and min(adapters.largest) > 0.0
+    assert len(adapters.largest) == 6 + 2 and min(adapters.largest) > 0.0  # W_Q, W_V of 3 layers; 2 embeddings
     second = _weights(output / "model.keras")
     moved = [path for path in first if not np.array_equal(first[path], second[path])]
-    assert moved and all(path.endswith(("query/kernel", "value/kernel")) for path in moved), moved
+    assert moved and all(path.endswith(("query/kernel", "value/kernel", "embeddings")) for path in moved), moved
 
 
 @pytest.mark.backend_independent
@@ -153,7 +175,7 @@ def test_sizes_that_contradict_the_starting_model_are_refused(trained_run, kjv, 
 def test_bad_starting_folders_are_refused_with_nothing_written(trained_run, kjv, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(UserInputError, match="holds no model.keras and no vocabulary.spm"):
+    with pytest.raises(UserInputError, match="holds no model.keras, no vocabulary.spm and no config.json"):
         train_translator(_fine_tuning(empty, kjv, tmp_path / "out"), **_QUIET)
     with pytest.raises(UserInputError, match="is the --output folder itself"):
         train_translator(_fine_tuning(trained_run, kjv, trained_run), **_QUIET)
@@ -207,12 +229,14 @@ def test_the_command_line_states_the_fine_tuning_defaults():
     import keras_transformer_cli as cli
     from keras_transformer.fine_tuning import FINE_TUNING_DEFAULTS
     from keras_transformer.fine_tuning import LORA_DEFAULTS
+    from keras_transformer.fine_tuning import LORA_TARGETS
 
     defaults = FINE_TUNING_DEFAULTS
     assert cli.FINE_TUNING_SUMMARY == (
         f"{defaults['epochs']} x {defaults['steps_per_epoch']} steps, {defaults['warmup_steps']} warm-up steps, "
         f"peak learning rate {defaults['learning_rate']:g}")
     assert cli.LORA_LEARNING_RATE == LORA_DEFAULTS["learning_rate"]
+    assert cli.LORA_TARGETS == LORA_TARGETS
     args = cli.build_parser().parse_args(["train", "--from", "runs/es-en", "--lora", "8", "--learning-rate", "2e-3"])
     assert (args.start_from, args.lora_rank, args.learning_rate) == ("runs/es-en", 8, 2e-3)
     with pytest.raises(SystemExit):

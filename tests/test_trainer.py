@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -431,3 +432,25 @@ def test_no_flash_attention_reaches_every_attention_layer_and_keeps_the_outputs(
         assert attention and all(layer.flash_attention is flash_attention for layer in attention)
         outputs[flash_attention] = keras.ops.convert_to_numpy(model(tokens))
     np.testing.assert_allclose(outputs[False], outputs[None], atol=1e-5)
+
+
+def _seconds(text):
+    number, unit = text.split()
+    return float(number) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+@pytest.mark.backend_independent
+def test_train_says_how_long_the_run_should_take_and_how_long_it_took(tmp_path):
+    lines = []
+    summary = train_translator(TrainConfig(output=str(tmp_path / "run"), **dict(RUN, epochs=4)),
+                               verbose=0, log=lines.append, sample_sentences=0)
+    estimates = [line for line in lines if line.startswith("time after virtual epoch")]
+    assert [line.split(":")[0] for line in estimates] == ["time after virtual epoch 1", "time after virtual epoch 2"]
+    assert "3 more virtual epochs" in estimates[0] and "2 more virtual epochs" in estimates[1]
+    estimate = _seconds(re.search(r"about (\d+\.?\d* (?:s|min|h)) for the whole run", estimates[1]).group(1))
+    took = re.search(r"^time: the run took (\d+\.?\d* (?:s|min|h)) \(estimated after virtual epoch 2: "
+                     r"(\d+\.?\d* (?:s|min|h))\)$", lines[-1])
+    assert took and _seconds(took.group(2)) == estimate
+    # The run's time, and the estimate within the run's noise (whole seconds on a run of a few).
+    assert abs(_seconds(took.group(1)) - summary["wall_seconds"]) <= 1
+    assert abs(estimate - summary["wall_seconds"]) <= max(0.5 * summary["wall_seconds"], 2.0)
