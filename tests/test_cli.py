@@ -65,7 +65,7 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
         sizes = PRESETS[preset]
         assert f"{preset} on a" in text and layers == f"{sizes['num_layers']}+{sizes['num_layers']} layers"
         assert f"d_model {sizes['d_model']}, {sizes['num_heads']} heads" in text
-    assert "min on a shared 2-core CPU" in text and "H100" in text
+    assert "min on a 2-core AMD EPYC with AVX-512" in text and "H100" in text
     assert re.search(r"--max-length MAX_LENGTH [^(]*\(default: 128, or the --from run's\)", text)
 
 
