@@ -368,8 +368,9 @@ class TrainConfig:
             from keras_transformer.lora import TARGETS
 
             unknown = [target for target in self.lora_targets if target not in TARGETS]
-            if unknown or not self.lora_targets:
-                raise UserInputError(f"--lora-targets must be some of {', '.join(TARGETS)}, got {self.lora_targets!r}.")
+            if unknown or not set(self.lora_targets) - {"embeddings"}:
+                raise UserInputError(f"--lora-targets must be some of {', '.join(TARGETS)}, at least one of them an "
+                                     f"attention projection; got {self.lora_targets!r}.")
         if self.lora_rank and self.average_last > 1:
             raise UserInputError(
                 "--average-last averages the trainable weights, which under --lora are the two factors of each "

@@ -47,6 +47,8 @@ CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloa
 FINE_TUNING_SUMMARY = "3 x 100 steps, 50 warm-up steps, peak learning rate 0.002"
 LORA_LEARNING_RATE = 1e-2
 LORA_TARGETS = ("query", "value", "embeddings")
+# keras_transformer.lora.TARGETS (a test checks they agree).
+LORA_TARGET_NAMES = ("query", "key", "value", "output", "embeddings")
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 TRAIN_DESCRIPTION = """\
@@ -111,10 +113,10 @@ def _positive_float(text):
 
 def _lora_targets(text):
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("query", "key", "value", "output", "embeddings")]
+    unknown = [name for name in names if name not in LORA_TARGET_NAMES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"expected names among query, key, value, output, embeddings, comma-separated; got {text!r}")
+            f"expected names among {', '.join(LORA_TARGET_NAMES)}, comma-separated; got {text!r}")
     return names
 
 

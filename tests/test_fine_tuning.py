@@ -122,6 +122,8 @@ def test_lora_targets_reach_every_projection_and_the_embeddings(trained_run, kjv
         _fine_tuning(trained_run, kjv, tmp_path / "x", lora_targets=["query"]).resolved()
     with pytest.raises(UserInputError, match="--lora-targets must be some of"):
         _fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["ffn"]).resolved()
+    with pytest.raises(UserInputError, match="at least one of them an attention projection"):
+        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["embeddings"]).resolved()
 
 
 class _AdaptersAtStart(keras.callbacks.Callback):
@@ -237,6 +239,9 @@ def test_the_command_line_states_the_fine_tuning_defaults():
         f"peak learning rate {defaults['learning_rate']:g}")
     assert cli.LORA_LEARNING_RATE == LORA_DEFAULTS["learning_rate"]
     assert cli.LORA_TARGETS == LORA_TARGETS
+    from keras_transformer.lora import TARGETS
+
+    assert cli.LORA_TARGET_NAMES == TARGETS
     args = cli.build_parser().parse_args(["train", "--from", "runs/es-en", "--lora", "8", "--learning-rate", "2e-3"])
     assert (args.start_from, args.lora_rank, args.learning_rate) == ("runs/es-en", 8, 2e-3)
     with pytest.raises(SystemExit):
