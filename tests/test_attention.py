@@ -149,13 +149,38 @@ def test_fused_qkv_equals_separate_projections_in_self_and_cross_attention(input
 def test_cached_one_step_decoding_equals_full_causal_attention(inputs):
     layer = _attention()
     full = to_numpy(layer(inputs, inputs, use_causal_mask=True))
-    cache = np.zeros((BATCH, 2, LENGTH, HEADS, KEY_DIM), "float32")
+    cache = layer.empty_cache(BATCH, LENGTH)
     steps = []
     for i in range(LENGTH):
         step = inputs[:, i : i + 1]
         output, cache = layer(step, step, use_causal_mask=True, cache=cache, cache_index=i)
         steps.append(to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_cached_decoding_with_values_wider_than_keys_equals_full_attention(inputs):
+    layer = MultiHeadAttention(num_heads=HEADS, key_dim=KEY_DIM, value_dim=KEY_DIM + 3)
+    full = to_numpy(layer(inputs, inputs, use_causal_mask=True))
+    cache = layer.empty_cache(BATCH, LENGTH)
+    assert [tuple(part.shape) for part in cache] == [(BATCH, HEADS, LENGTH, KEY_DIM), (BATCH, HEADS, LENGTH, KEY_DIM + 3)]
+    steps = []
+    for i in range(LENGTH):
+        output, cache = layer(inputs[:, i : i + 1], inputs[:, i : i + 1], use_causal_mask=True, cache=cache, cache_index=i)
+        steps.append(to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+    source = inputs[:, :3]
+    np.testing.assert_allclose(
+        to_numpy(layer(inputs, source, cache=layer.key_value_cache(source))[0]), to_numpy(layer(inputs, source)),
+        rtol=1e-5, atol=1e-5,
+    )
+
+
+def test_a_stacked_cache_of_earlier_versions_is_refused_with_what_to_pass(inputs):
+    layer = _attention()
+    step = inputs[:, :1]
+    with pytest.raises(ValueError, match=r"pair \(keys, values\).*empty_cache"):
+        layer(step, step, use_causal_mask=True, cache=np.zeros((BATCH, 2, LENGTH, HEADS, KEY_DIM), "float32"),
+              cache_index=0)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

@@ -132,7 +132,7 @@ def test_cached_decode_steps_equal_the_full_causal_decoder(target, source, fused
     source_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
     full = to_numpy(layer(target, source, encoder_mask=source_mask))
     cross_cache = layer.cross_attention_cache(source)
-    cache = np.zeros((2, 2, target.shape[1], HEADS, D_MODEL // HEADS), "float32")
+    cache = layer.empty_cache(2, target.shape[1])
     steps = []
     for i in range(target.shape[1]):
         step, cache = layer.decode_step(

@@ -24,15 +24,21 @@ class DecoderState(typing.NamedTuple):
     backend.
 
     Attributes:
-        caches: one self-attention cache per decoder layer, each
-            `(batch, 2, max_length, num_heads, key_dim)`.
-        cross_caches: one read-only cross-attention cache per decoder layer.
+        caches: one self-attention cache per decoder layer, each a pair
+            `(keys, values)` of `(batch, num_heads, max_length, key_dim)`.
+        cross_caches: one read-only cross-attention cache per decoder
+            layer, pairs of the same layout over the source positions.
         encoder_mask: bool `(batch, source_length)`.
+        output_kernel: the tied output projection's `(d_model,
+            vocabulary)` matrix, transposed once per batch
+            (`PositionalEmbedding.vocabulary_kernel`), or `()` when the
+            model has its own output projection or a quantized one.
     """
 
     caches: list
     cross_caches: list
     encoder_mask: object
+    output_kernel: object = ()
 
 
 class CachedDecoder:
@@ -106,15 +112,15 @@ class CachedDecoder:
         encoder_outputs, encoder_mask = self.encoder(ops.convert_to_tensor(encoder_tokens, "int32"))
         cross_caches = [layer.cross_attention_cache(encoder_outputs) for layer in self.decoder_layers]
         if copies > 1:
-            cross_caches = [ops.repeat(cache, copies, axis=0) for cache in cross_caches]
+            cross_caches = [tuple(ops.repeat(part, copies, axis=0) for part in cache) for cache in cross_caches]
             encoder_mask = ops.repeat(encoder_mask, copies, axis=0)
         batch = ops.shape(encoder_mask)[0]
-        first = self.decoder_layers[0]
-        shape = (batch, 2, cache_length or self.max_length, first.num_heads, first.key_dim)
+        output_kernel = None if self.output_projection is not None else self.embedding.vocabulary_kernel()
         return DecoderState(
-            caches=[ops.zeros(shape, dtype=encoder_outputs.dtype) for _ in self.decoder_layers],
+            caches=[layer.empty_cache(batch, cache_length or self.max_length) for layer in self.decoder_layers],
             cross_caches=cross_caches,
             encoder_mask=encoder_mask,
+            output_kernel=() if output_kernel is None else output_kernel,
         )
 
     def next_logits(self, tokens, index, state):
@@ -131,7 +137,9 @@ class CachedDecoder:
         """
         tokens = ops.convert_to_tensor(tokens, "int32")
         index = ops.convert_to_tensor(index, "int32")
-        logits, caches = self._step(tokens, index, state.caches, state.cross_caches, state.encoder_mask)
+        logits, caches = self._step(
+            tokens, index, state.caches, state.cross_caches, state.encoder_mask, state.output_kernel
+        )
         return logits, state._replace(caches=list(caches))
 
     def grow(self, state, cache_length):
@@ -150,10 +158,10 @@ class CachedDecoder:
         Returns:
             The `DecoderState` with the caches padded with zeros.
         """
-        def longer(cache):
-            return ops.pad(cache, [[0, 0], [0, 0], [0, cache_length - cache.shape[2]], [0, 0], [0, 0]])
+        def longer(part):
+            return ops.pad(part, [[0, 0], [0, 0], [0, cache_length - part.shape[2]], [0, 0]])
 
-        return state._replace(caches=[longer(cache) for cache in state.caches])
+        return state._replace(caches=[tuple(longer(part) for part in cache) for cache in state.caches])
 
     def reorder(self, state, rows):
         """The state of the rows `rows` (beam search's surviving hypotheses).
@@ -169,9 +177,9 @@ class CachedDecoder:
         Returns:
             The reordered `DecoderState`.
         """
-        return state._replace(caches=[ops.take(cache, rows, axis=0) for cache in state.caches])
+        return state._replace(caches=[tuple(ops.take(part, rows, axis=0) for part in cache) for cache in state.caches])
 
-    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask):
+    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask, output_kernel=()):
         """`next_logits` on plain tensors and lists, so XLA can compile it."""
         x = self.embedding(tokens, start_index=index)
         updated = []
@@ -179,11 +187,12 @@ class CachedDecoder:
             x, cache = layer.decode_step(
                 x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask
             )
-            updated.append(cache)
+            updated.append(tuple(cache))
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.output_projection is None:
-            logits = self.embedding.project_to_vocabulary(x)
+            kernel = None if isinstance(output_kernel, tuple) else output_kernel
+            logits = self.embedding.project_to_vocabulary(x, kernel=kernel)
         else:
             logits = self.output_projection(x)
         return ops.cast(logits[:, -1], "float32"), updated

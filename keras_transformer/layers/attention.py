@@ -22,6 +22,7 @@ from keras_transformer.layers.attention_kernel import attention_mask_as_rank4
 from keras_transformer.layers.attention_kernel import explicit_attention
 from keras_transformer.layers.attention_kernel import fused_attention
 from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
+from keras_transformer.layers.attention_kernel import heads_first
 from keras_transformer.layers.attention_kernel import kernel_masks
 from keras_transformer.layers.attention_kernel import merge_attention_masks
 from keras_transformer.layers.sublayer_call import call_sublayer
@@ -156,17 +157,21 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores: bool, also return the float32 weights
             `(batch, num_heads, query_length, key_length)`.
         training: bool, enables attention dropout.
-        cache: for decoding, a tensor
-            `(batch, 2, max_length, num_heads, key_dim)` of keys and values.
+        cache: for decoding, a pair `(keys, values)` of tensors
+            `(batch, num_heads, max_length, key_dim)` and `(batch,
+            num_heads, max_length, value_dim)` (`empty_cache` makes one).
             With `cache_index`, the new keys and values are written at
             `cache_index` and attention covers the cache up to them; without
-            it the cache is read only (precomputed cross-attention).
+            it the cache is read only (precomputed cross-attention,
+            `key_value_cache`). Heads come before positions, the layout
+            the attention products read, so a compiled decoding step
+            copies no cache (`cache_layout`).
         cache_index: int or scalar int tensor, position of the first query.
 
     Returns:
         The output `(batch, query_length, output_dim)`; then the scores if
-        `return_attention_scores`, then the updated cache if `cache` was
-        passed.
+        `return_attention_scores`, then the updated `(keys, values)` if
+        `cache` was passed.
 
     Example:
 
@@ -435,7 +440,8 @@ class MultiHeadAttention(keras.layers.Layer):
             key: `(batch, key_length, key_width)`; defaults to `value`.
 
         Returns:
-            `(batch, 2, key_length, num_heads, key_dim)`: keys, then values.
+            `(keys, values)`: `(batch, num_heads, key_length, key_dim)` and
+            `(batch, num_heads, key_length, value_dim)`.
 
         Example:
 
@@ -449,8 +455,6 @@ class MultiHeadAttention(keras.layers.Layer):
         >>> bool(np.allclose(to_numpy(full), to_numpy(cached), atol=1e-6))
         True
         """
-        if self.value_dim != self.key_dim:
-            raise ValueError("key_value_cache needs value_dim == key_dim.")
         value = ops.convert_to_tensor(value)
         key = value if key is None else ops.convert_to_tensor(key)
         if self.fused_qkv:
@@ -460,7 +464,37 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             keys = self._heads(self._key_dense, key, self.key_dim, _through_call)
             values = self._heads(self._value_dense, value, self.value_dim, _through_call)
-        return ops.stack([keys, values], axis=1)
+        return heads_first(keys), heads_first(values)
+
+    def empty_cache(self, batch, max_length):
+        """A self-attention cache of zeros for `max_length` positions: `(keys, values)`.
+
+        Args:
+            batch: int (or scalar tensor), rows decoded together.
+            max_length: int, positions the cache holds.
+
+        Returns:
+            `(keys, values)`: zeros `(batch, num_heads, max_length, key_dim)`
+            and `(batch, num_heads, max_length, value_dim)`, in the
+            layer's compute dtype.
+
+        Example:
+
+        >>> import numpy as np
+        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.random.rand(1, 3, 8).astype("float32")
+        >>> cache = mha.empty_cache(1, 3)
+        >>> for i in range(3):
+        ...     step, cache = mha(x[:, i:i + 1], x[:, i:i + 1], use_causal_mask=True,
+        ...                       cache=cache, cache_index=i)
+        >>> to_numpy = keras.ops.convert_to_numpy
+        >>> full = mha(x, x, use_causal_mask=True)
+        >>> bool(np.allclose(to_numpy(step)[:, 0], to_numpy(full)[:, 2], atol=1e-6))
+        True
+        """
+        keys = ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype=self.compute_dtype)
+        values = ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype=self.compute_dtype)
+        return keys, values
 
     def attention_logits(self, query, key=None):
         """The logits the softmax sees, `logit_scale * q . k` per head, unmasked.
@@ -654,13 +688,15 @@ class MultiHeadAttention(keras.layers.Layer):
         key_mask = value_mask if key_mask is None else key_mask
         read_only_cache = cache is not None and cache_index is None
         if cache is not None:
-            cache = ops.convert_to_tensor(cache, dtype=self.compute_dtype)
+            cache = tuple(ops.convert_to_tensor(part, dtype=self.compute_dtype) for part in cache)
         q, k, v = self._project_qkv(query, key, value, not read_only_cache)
         if cache is not None:
             if cache_index is not None:
-                start = [0, 0, cache_index, 0, 0]
-                cache = ops.slice_update(cache, start, ops.stack([k, v], axis=1))
-            k, v = cache[:, 0], cache[:, 1]
+                start = [0, 0, cache_index, 0]
+                cache = tuple(ops.slice_update(part, start, heads_first(new)) for part, new in zip(cache, (k, v)))
+            # Back to (batch, length, heads, head_dim) for the kernel: XLA
+            # folds this transpose into the attention products.
+            k, v = (heads_first(part) for part in cache)
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         mask, fast_causal, answered = kernel_masks(
@@ -714,12 +750,12 @@ class MultiHeadAttention(keras.layers.Layer):
         key_shape = None if key is None else key.shape
         shape = self.compute_output_shape(query.shape, value.shape, key_shape)
         results = (keras.KerasTensor(shape, dtype=self.compute_dtype),)
-        key_length = value.shape[1] if cache is None else cache.shape[2]
+        key_length = value.shape[1] if cache is None else cache[0].shape[2]
         if return_attention_scores:
             scores = (query.shape[0], self.num_heads, query.shape[1], key_length)
             results += (keras.KerasTensor(scores, dtype="float32"),)
         if cache is not None:
-            results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
+            results += (tuple(keras.KerasTensor(part.shape, dtype=self.compute_dtype) for part in cache),)
         return results[0] if len(results) == 1 else results
 
     def compute_mask(self, inputs, previous_mask=None):

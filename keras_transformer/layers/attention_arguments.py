@@ -208,6 +208,36 @@ def check_build_shapes(owner, query_shape, value_shape, key_shape):
             )
 
 
+def check_cache(owner, cache):
+    """A KV cache is a pair `(keys, values)` of rank-4 tensors; anything else is a clear error.
+
+    Example:
+
+    >>> import numpy as np
+    >>> check_cache("MultiHeadAttention 'mha'", np.zeros((1, 2, 3, 2, 4)))
+    Traceback (most recent call last):
+    ...
+    ValueError: MultiHeadAttention 'mha' expects `cache` as a pair (keys, values) of shapes (batch, num_heads, length, key_dim) and (batch, num_heads, length, value_dim), got an array of shape (1, 2, 3, 2, 4). ...
+    """
+    if isinstance(cache, (tuple, list)) and len(cache) == 2:
+        for name, part in zip(("keys", "values"), cache):
+            shape = input_checks.static_shape(part)
+            if shape is not None and len(shape) != 4:
+                raise ValueError(
+                    f"{owner} expects the cache's {name} of shape (batch, num_heads, length, head_dim), "
+                    f"got shape {tuple(shape)}."
+                )
+        return
+    shape = input_checks.static_shape(cache) if hasattr(cache, "shape") else None
+    got = f"an array of shape {tuple(shape)}" if shape is not None else f"{type(cache).__name__}"
+    raise ValueError(
+        f"{owner} expects `cache` as a pair (keys, values) of shapes (batch, num_heads, length, key_dim) "
+        f"and (batch, num_heads, length, value_dim), got {got}. The stacked (batch, 2, length, "
+        "num_heads, key_dim) cache of earlier versions is no longer taken: make one with "
+        "`empty_cache(batch, length)` (or `key_value_cache` for cross-attention)."
+    )
+
+
 def check_call_inputs(owner, built_widths, query, value, key, masks, cache):
     """Static shape and dtype checks of a call: clear errors, and still traceable.
 
@@ -238,8 +268,9 @@ def check_call_inputs(owner, built_widths, query, value, key, masks, cache):
     batch, query_length = (input_checks.static_shape(query) or (None, None))[:2]
     key_length = (input_checks.static_shape(key) or (None, None))[1]
     if cache is not None:  # keys and values come from the cache
-        cache_shape = input_checks.static_shape(cache)
-        key_length = cache_shape[2] if cache_shape and len(cache_shape) == 5 else None
+        check_cache(owner, cache)
+        cache_shape = input_checks.static_shape(cache[0])
+        key_length = cache_shape[2] if cache_shape and len(cache_shape) == 4 else None
     else:
         for name, x in (("value", value), ("key", key)):
             input_checks.check_shape(

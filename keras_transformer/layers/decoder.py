@@ -147,9 +147,22 @@ class DecoderLayer(ResidualBlock):
             encoder_outputs: `(batch, source_length, d_model)`.
 
         Returns:
-            `(batch, 2, source_length, num_heads, d_model // num_heads)`.
+            `(keys, values)`, each `(batch, num_heads, source_length,
+            d_model // num_heads)`.
         """
         return self.cross_attention.key_value_cache(encoder_outputs)
+
+    def empty_cache(self, batch, max_length):
+        """A self-attention cache of zeros for `decode_step`: `(keys, values)`.
+
+        Args:
+            batch: int (or scalar tensor), rows decoded together.
+            max_length: int, positions the cache holds.
+
+        Returns:
+            `(keys, values)`, each `(batch, num_heads, max_length, d_model // num_heads)`.
+        """
+        return self.self_attention.empty_cache(batch, max_length)
 
     def decode_step(self, inputs, cache, cache_index, cross_attention_cache=None, encoder_mask=None):
         """Runs new positions against a key/value cache of the earlier ones.
@@ -162,8 +175,9 @@ class DecoderLayer(ResidualBlock):
 
         Args:
             inputs: `(batch, new_length, d_model)`, usually one position.
-            cache: `(batch, 2, max_length, num_heads, d_model // num_heads)`,
-                the self-attention keys and values (zeros at first).
+            cache: `(keys, values)`, each `(batch, num_heads, max_length,
+                d_model // num_heads)`, the self-attention keys and values
+                (`empty_cache` at first).
             cache_index: int or scalar int tensor, position of `inputs[:, 0]`.
             cross_attention_cache: from `cross_attention_cache`, for a layer
                 with cross-attention.
@@ -179,7 +193,7 @@ class DecoderLayer(ResidualBlock):
         >>> layer = DecoderLayer(d_model=8, num_heads=2, ff_dim=16)
         >>> x = np.random.rand(1, 3, 8).astype("float32")
         >>> full = layer(x)
-        >>> cache = np.zeros((1, 2, 3, 2, 4), "float32")
+        >>> cache = layer.empty_cache(1, 3)
         >>> for i in range(3):
         ...     step, cache = layer.decode_step(x[:, i:i + 1], cache, i)
         >>> to_numpy = keras.ops.convert_to_numpy

@@ -362,16 +362,67 @@ class PositionalEmbedding(keras.layers.Layer):
         positions = ops.cumsum(ones) - 1 + ops.cast(start_index, "int32")
         return ops.take(ops.convert_to_tensor(table), positions, axis=0)
 
-    def project_to_vocabulary(self, hidden):
+    def project_to_vocabulary(self, hidden, kernel=None):
         """Tied output projection: `hidden @ E^T`, logits over the vocabulary.
 
         Args:
             hidden: float tensor whose last axis is `d_model`.
+            kernel: `vocabulary_kernel()`, computed once for many calls
+                (a decoding loop), or None to take it from the token
+                matrix at this call.
 
         Returns:
             Logits with last axis `vocabulary_size`.
+
+        Example:
+
+        >>> import numpy as np
+        >>> layer = PositionalEmbedding(10, 4, max_length=6)
+        >>> _ = layer(np.array([[1, 2]]))
+        >>> hidden = np.random.rand(2, 4).astype("float32")
+        >>> once = layer.project_to_vocabulary(hidden, kernel=layer.vocabulary_kernel())
+        >>> to_numpy = keras.ops.convert_to_numpy
+        >>> bool(np.allclose(to_numpy(once), to_numpy(layer.project_to_vocabulary(hidden)), atol=1e-6))
+        True
         """
-        return self(hidden, reverse=True)
+        if kernel is None:
+            return self(hidden, reverse=True)
+        embedding = self.token_embedding
+        if embedding.reverse_dtype is not None:
+            hidden = ops.cast(hidden, embedding.reverse_dtype)
+        logits = ops.matmul(hidden, kernel)
+        if embedding.logit_soft_cap is not None:
+            logits = ops.multiply(ops.tanh(ops.divide(logits, embedding.logit_soft_cap)), embedding.logit_soft_cap)
+        return logits
+
+    def vocabulary_kernel(self):
+        """The `(d_model, vocabulary_size)` matrix of the tied projection, or None.
+
+        Keras' reverse embedding transposes the token matrix at every call;
+        a compiled decoding loop that calls it at every step transposes 2
+        MB a step on the README's model (benchmarks/findings/decoding.md),
+        so `CachedDecoder` takes this once per batch and passes it to
+        `project_to_vocabulary`. None where Keras' quantized projection
+        must run instead (a quantized token matrix).
+
+        Returns:
+            A tensor `(d_model, vocabulary_size)` in the projection's dtype,
+            or None.
+
+        Example:
+
+        >>> layer = PositionalEmbedding(10, 4, max_length=6)
+        >>> layer.build((1, 2))
+        >>> tuple(layer.vocabulary_kernel().shape)
+        (4, 10)
+        """
+        embedding = self.token_embedding
+        if embedding.quantization_mode is not None or self.merge == "concat":
+            return None
+        kernel = ops.transpose(embedding.embeddings)
+        if embedding.reverse_dtype is not None:
+            kernel = ops.cast(kernel, embedding.reverse_dtype)
+        return kernel
 
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
         # Declared rather than traced: tracing would feed placeholder
