@@ -165,7 +165,7 @@ class MultiHeadAttention(keras.layers.Layer):
             it the cache is read only (precomputed cross-attention,
             `key_value_cache`). Heads come before positions, the layout
             the attention products read, so a compiled decoding step
-            copies no cache (`cache_layout`).
+            copies no cache (`attention_kernel.heads_first`).
         cache_index: int or scalar int tensor, position of the first query.
 
     Returns:
