@@ -13,6 +13,8 @@ its own process group, folder and log (`OUT/NAME/`, `OUT/NAME.log`), JAX
 without preallocating the GPU's memory. Every process is stopped when the
 budget is spent, whatever happens to this one.
 
+Every variant's folder is pruned at the end (models, backups,
+checkpoints), so that what is left travels back from a device call.
 Scores are the runs' own (a run's steps do not depend on the load); their
 wall times are upper bounds of a run alone, which `race.md` says. Writes
 `race.json` (each variant's row from its `ablation.json`, with its backend,
@@ -25,6 +27,7 @@ device.
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +36,12 @@ import time
 from benchmarks.per_process import REPOSITORY
 
 BACKENDS = ("jax", "torch", "tensorflow")
+# keras_transformer.run_folder's BACKUP_FOLDER, CHECKPOINT_FOLDER and
+# MODEL_FILE (not imported: it imports Keras; a test checks they agree). A
+# variant that failed or was stopped keeps them, and the base model's backup
+# alone is over what a device call may send back (16 MiB a file).
+HEAVY_FOLDERS = ("backup", "checkpoints")
+HEAVY_FILES = ("model.keras",)
 
 
 def parse_variant(text, default_backend="jax"):
@@ -77,7 +86,13 @@ def _stop(process):
             continue
 
 
-def race(variants, base, out, budget, poll=1.0):
+def ablation_command(name, settings, base, out):
+    """The command that trains and scores one variant in `out/name`, pruned once scored."""
+    return [sys.executable, "-m", "benchmarks.preset_ablation", "--prune", "--out", os.path.join(out, name),
+            "--base", base, "--variant", f"{name}:{settings}"]
+
+
+def race(variants, base, out, budget, poll=1.0, command=ablation_command):
     """Runs the variants side by side for at most `budget` seconds.
 
     Args:
@@ -86,6 +101,8 @@ def race(variants, base, out, budget, poll=1.0):
         out: folder.
         budget: seconds from the first start to the last stop.
         poll: seconds between looks at the processes.
+        command: function `(name, settings, base, out) -> list of str`,
+            run from the repository's root with `KERAS_BACKEND` set.
 
     Returns:
         list of dicts, one per variant: `variant`, `backend`, `state`
@@ -97,12 +114,11 @@ def race(variants, base, out, budget, poll=1.0):
     running = {}
     try:
         for backend, name, settings in variants:
-            command = [sys.executable, "-m", "benchmarks.preset_ablation", "--prune", "--out",
-                       os.path.join(out, name), "--base", base, "--variant", f"{name}:{settings}"]
+            line = command(name, settings, base, out)
             log = open(os.path.join(out, f"{name}.log"), "w")
-            log.write(f"KERAS_BACKEND={backend} {' '.join(command)}\n")
+            log.write(f"KERAS_BACKEND={backend} {' '.join(line)}\n")
             log.flush()
-            process = subprocess.Popen(command, cwd=REPOSITORY, env=_environment(backend), stdout=log,
+            process = subprocess.Popen(line, cwd=REPOSITORY, env=_environment(backend), stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True)
             running[name] = (process, log, time.perf_counter(), backend)
         results = {}
@@ -117,18 +133,30 @@ def race(variants, base, out, budget, poll=1.0):
                 if code is not None or over:
                     results[name] = dict(variant=name, backend=backend, exit_code=code,
                                          seconds=round(time.perf_counter() - start, 1))
-            time.sleep(poll)
+            if len(results) < len(running):
+                time.sleep(poll)
     finally:
         for process, log, _, _ in running.values():
             _stop(process)
             log.close()
     summary = []
     for backend, name, _ in variants:
+        _prune(os.path.join(out, name))
         entry = results[name]
         row = _scored_row(os.path.join(out, name), name)
         entry["state"] = ("scored" if row else "stopped by the budget" if entry["exit_code"] is None else "failed")
         summary.append(dict(entry, row=row))
     return summary
+
+
+def _prune(folder):
+    """Deletes the models, backups and checkpoints under a variant's folder, whatever its state."""
+    for root, folders, files in os.walk(folder):
+        for heavy in set(folders) & set(HEAVY_FOLDERS):
+            shutil.rmtree(os.path.join(root, heavy), ignore_errors=True)
+            folders.remove(heavy)
+        for heavy in set(files) & set(HEAVY_FILES):
+            os.remove(os.path.join(root, heavy))
 
 
 def _scored_row(folder, name):

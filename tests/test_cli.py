@@ -11,6 +11,8 @@ import sys
 import pytest
 
 import keras_transformer_cli as cli
+from keras_transformer.train_config import ACCELERATOR_TRAINING_DEFAULTS
+from keras_transformer.train_config import DEFAULT_PRESET
 from keras_transformer.train_config import PRESETS
 from keras_transformer.train_config import TRAINING_DEFAULTS
 from keras_transformer.train_config import TrainConfig
@@ -55,17 +57,22 @@ def test_train_help_states_every_default_and_the_default_presets_size(capsys):
         cli.build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for flag, default in (("--dropout", "0.1"), ("--seed", "0"),
-                          ("--label-smoothing", "0.1"), ("--batch-tokens", "4096")):
+                          ("--label-smoothing", "0.1"), ("--batch-tokens", "4096; 8192 for tiny on a GPU")):
         entry = re.search(rf"{flag} [A-Z_]+ (.{{0,400}})", text)  # the option's own entry, not the usage line
         assert entry and f"(default: {default})" in entry.group(1), flag
     tiny = TRAINING_DEFAULTS["tiny"]  # the help states the presets' own defaults
     for key in ("epochs", "steps_per_epoch", "warmup_steps", "vocabulary_size"):
         assert f"{tiny[key]} for tiny" in text, key
-    for preset, layers in (("tiny", "2+2 layers"), ("base", "6+6 layers")):
-        sizes = PRESETS[preset]
-        assert f"{preset} on a" in text and layers == f"{sizes['num_layers']}+{sizes['num_layers']} layers"
-        assert f"d_model {sizes['d_model']}, {sizes['num_heads']} heads" in text
-    assert "min on a 2-core AMD EPYC with AVX-512" in text and "H100" in text
+    gpu = ACCELERATOR_TRAINING_DEFAULTS["tiny"]  # and the GPU's, each flag's and the description's
+    for key in ("epochs", "steps_per_epoch", "warmup_steps"):
+        assert f"{gpu[key]} for tiny on a GPU" in text, key
+    assert f"on a GPU, {gpu['epochs']} x {gpu['steps_per_epoch']} steps of about {gpu['batch_tokens']:,} tokens" in text
+    assert f"on a CPU, {tiny['epochs']} x {tiny['steps_per_epoch']} steps of about {tiny['batch_tokens']:,} tokens" in text
+    sizes = PRESETS["tiny"]
+    assert cli.build_parser().parse_args(["train"]).preset is None and DEFAULT_PRESET == "tiny"
+    assert f"The default preset is tiny: {sizes['num_layers']}+{sizes['num_layers']} layers" in text
+    assert f"d_model {sizes['d_model']}, {sizes['num_heads']} heads" in text
+    assert "min on a 2-core AMD EPYC with AVX-512" in text and "on one H200 (JAX)" in text
     assert re.search(r"--max-length MAX_LENGTH [^(]*\(default: 128, or the --from run's\)", text)
 
 

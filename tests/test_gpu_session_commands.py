@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import keras
 import pytest
@@ -91,3 +92,65 @@ def test_a_recipe_ablation_scores_each_variant_prunes_it_and_skips_it_when_run_a
 
     with pytest.raises(SystemExit, match="scored it with other settings"):
         preset_ablation.main(base + ["--variant", "d01:dropout=0.2"])
+
+
+@pytest.mark.backend_independent
+def test_a_recipe_race_scores_variants_side_by_side_and_reports_a_failed_one(tmp_path):
+    from benchmarks import recipe_race
+
+    out = tmp_path / "race"
+    code = recipe_race.main([
+        "--out", str(out), "--budget", "500",
+        "--base", f"preset=tiny,epochs=1,steps_per_epoch=2,{MINIATURE},dev_bleu_sentences=0",
+        "--variant", "jax/fast:dropout=0.2",
+        "--variant", "torch/too-large:vocabulary_size=100000",  # more pieces than the corpus has: refused
+    ])
+    assert code == 1  # not every variant scored
+    race = json.loads((out / "race.json").read_text())
+    entries = {entry["variant"]: entry for entry in race["variants"]}
+    assert entries["fast"]["state"] == "scored" and entries["fast"]["backend"] == "jax"
+    row = entries["fast"]["row"]
+    assert row["settings"]["dropout"] == 0.2 and row["steps"] == 2 and row["test"]["sentences"] > 0
+    assert entries["too-large"]["state"] == "failed" and entries["too-large"]["exit_code"] != 0
+    assert "--vocabulary-size" in (out / "too-large.log").read_text()
+    table = (out / "race.md").read_text()
+    assert "| fast | jax | scored |" in table and "| too-large | torch | failed |" in table
+
+
+@pytest.mark.backend_independent
+def test_a_recipe_race_stops_what_outlasts_its_budget_and_prunes_every_variant(tmp_path):
+    from benchmarks import recipe_race
+    from keras_transformer import run_folder
+
+    assert recipe_race.HEAVY_FOLDERS == (run_folder.BACKUP_FOLDER, run_folder.CHECKPOINT_FOLDER)
+    assert recipe_race.HEAVY_FILES == (run_folder.MODEL_FILE,)
+    pids = tmp_path / "pids"
+
+    def stuck(name, settings, base, out):
+        # A variant that wrote a model and a backup and then hangs, with a child of its own.
+        script = (f"import os, subprocess, sys, time; run = os.path.join({out!r}, {name!r}, {name!r}); "
+                  "os.makedirs(os.path.join(run, 'backup')); open(os.path.join(run, 'model.keras'), 'w').close(); "
+                  "open(os.path.join(run, 'log.csv'), 'w').close(); "
+                  "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                  f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}} '); time.sleep(600)")
+        return [sys.executable, "-c", script]
+
+    started = time.perf_counter()
+    summary = recipe_race.race([("jax", "a", ""), ("torch", "b", "")], "", str(tmp_path / "race"), budget=6,
+                               poll=0.2, command=stuck)
+    assert time.perf_counter() - started < 60
+    assert [entry["state"] for entry in summary] == ["stopped by the budget"] * 2
+    for name in "ab":
+        run = tmp_path / "race" / name / name
+        assert sorted(os.listdir(run)) == ["log.csv"]  # the backup and the model are gone, the logs stay
+    for pid in map(int, pids.read_text().split()):  # the variants and their children are gone
+        assert not _running(pid), pid
+
+
+def _running(pid):
+    """True while `pid` runs (a zombie whose parent died runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -23,6 +23,8 @@ from keras_transformer.train_config import TrainConfig
 from keras_transformer.errors import UserInputError
 from keras_transformer.trainer import train_translator
 
+RESULTS = pathlib.Path(__file__).parent.parent / "benchmarks" / "results"
+
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 TINY = dict(
     corpus=FIXTURE, preset="tiny", num_layers=1, d_model=16, num_heads=2, ff_dim=32,
@@ -391,6 +393,31 @@ def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monke
     chosen = TrainConfig(output="unused", bucket_width=16, mixed_precision="float32", **TINY).resolved()
     assert (chosen.bucket_width, chosen.mixed_precision) == (16, None)
     assert TrainConfig(output="unused", mixed_precision="float16", **TINY).resolved().mixed_precision == "float16"
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
+def test_the_default_run_is_tiny_trained_longer_on_larger_batches_on_a_gpu(monkeypatch, gpu):
+    from keras_transformer import model_flops
+    from keras_transformer import train_config
+
+    monkeypatch.setattr(train_config, "has_accelerator", lambda: gpu is not None)
+    monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)
+    config = TrainConfig(output="unused").resolved()
+    settings = ("preset", "epochs", "steps_per_epoch", "warmup_steps", "batch_tokens", "vocabulary_size",
+                "mixed_precision")
+    got = {key: getattr(config, key) for key in settings}
+    if gpu is None:  # the CPU default as measured on the 2-core EPYC
+        assert got == dict(preset="tiny", epochs=16, steps_per_epoch=100, warmup_steps=400, batch_tokens=4096,
+                           vocabulary_size=4000, mixed_precision=None)
+    else:  # the recipe measured on one H200 (benchmarks/results/gpu-h200-default/config.json)
+        with open(os.path.join(RESULTS, "gpu-h200-default", "config.json")) as f:
+            measured = json.load(f)
+        assert got == {key: measured[key] for key in settings}
+    # What a run sets, it keeps; another preset keeps its own defaults on a GPU.
+    assert TrainConfig(output="unused", batch_tokens=2048, epochs=3).resolved().batch_tokens == 2048
+    base = TrainConfig(output="unused", preset="base").resolved()
+    assert (base.epochs, base.steps_per_epoch, base.warmup_steps, base.batch_tokens) == (20, 500, 4000, 4096)
 
 
 @pytest.mark.backend_independent
