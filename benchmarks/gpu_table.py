@@ -54,6 +54,7 @@ import sys
 import time
 
 from benchmarks.per_process import REPOSITORY
+from benchmarks.per_process import stop_process_group
 
 # benchmarks.reference_models.IMPLEMENTATIONS (not imported: it imports Keras).
 IMPLEMENTATIONS = ("keras_transformer", "keras_hub", "tutorial")
@@ -158,20 +159,6 @@ def _environment(step):
     return environment
 
 
-def _stop(process):
-    """Stops a step and every process it started (they share its process group)."""
-    for sent, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sent)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_step(command, environment, folder, seconds):
     """Runs `command` for at most `seconds`, its output appended to `folder/log.txt`.
 
@@ -188,11 +175,11 @@ def run_step(command, environment, folder, seconds):
         try:
             code = process.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
-            _stop(process)
+            stop_process_group(process)
             code = None
             log.write(f"=== stopped after {seconds:.0f} s: the call's budget is spent\n")
         except BaseException:  # interrupted, or terminated (see main): never leave a step holding the GPU
-            _stop(process)
+            stop_process_group(process)
             raise
     return code, time.perf_counter() - started
 

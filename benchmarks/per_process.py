@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -36,6 +37,24 @@ from benchmarks.report import save_results
 from benchmarks.report import write_report
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+
+
+def stop_process_group(process, wait=5.0):
+    """Stops a process started with `start_new_session=True` and everything it started.
+
+    SIGTERM to its process group, then SIGKILL if it has not ended within
+    `wait` seconds; returns once it is reaped (or `wait` after SIGKILL).
+    """
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sent)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def gpu_visible():

@@ -34,6 +34,7 @@ import sys
 import time
 
 from benchmarks.per_process import REPOSITORY
+from benchmarks.per_process import stop_process_group
 
 BACKENDS = ("jax", "torch", "tensorflow")
 # keras_transformer.run_folder's BACKUP_FOLDER, CHECKPOINT_FOLDER and
@@ -70,20 +71,6 @@ def _environment(backend):
         # Several JAX processes share the GPU: none may take 75 % of it up front.
         environment.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     return environment
-
-
-def _stop(process):
-    """Stops a variant and everything it started (they share its process group)."""
-    for sent, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sent)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def ablation_command(name, settings, base, out):
@@ -129,7 +116,7 @@ def race(variants, base, out, budget, poll=1.0, command=ablation_command):
                 code = process.poll()
                 over = time.perf_counter() - started >= budget
                 if code is None and over:
-                    _stop(process)
+                    stop_process_group(process, wait=10)
                 if code is not None or over:
                     results[name] = dict(variant=name, backend=backend, exit_code=code,
                                          seconds=round(time.perf_counter() - start, 1))
@@ -137,7 +124,7 @@ def race(variants, base, out, budget, poll=1.0, command=ablation_command):
                 time.sleep(poll)
     finally:
         for process, log, _, _ in running.values():
-            _stop(process)
+            stop_process_group(process, wait=10)
             log.close()
     summary = []
     for backend, name, _ in variants:
