@@ -74,7 +74,13 @@ def _environment(backend):
 
 
 def ablation_command(name, settings, base, out):
-    """The command that trains and scores one variant in `out/name`, pruned once scored."""
+    """The command that trains and scores one variant in `out/name`, pruned once scored.
+
+    Example:
+
+    >>> ablation_command("tiny", "epochs=2", "preset=tiny", "out")[2:6]
+    ['benchmarks.preset_ablation', '--prune', '--out', 'out/tiny']
+    """
     return [sys.executable, "-m", "benchmarks.preset_ablation", "--prune", "--out", os.path.join(out, name),
             "--base", base, "--variant", f"{name}:{settings}"]
 
@@ -159,7 +165,7 @@ def markdown(summary, budget):
     """The race as a table: one row per variant, scores where it got that far."""
     lines = [f"Variants run side by side on one device (budget {budget:.0f} s): wall times are under "
              "that load, upper bounds of a run alone.", "",
-             "| variant | backend | state | seconds (start to exit) | train wall min | tokens/s | steps | "
+             "| variant | backend | state | seconds (start to exit) | train wall min | tokens/s | steps kept | "
              "dev BLEU (greedy) | test BLEU | held-out BLEU | settings |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for entry in summary:

@@ -95,6 +95,16 @@ def test_a_recipe_ablation_scores_each_variant_prunes_it_and_skips_it_when_run_a
 
 
 @pytest.mark.backend_independent
+def test_the_recipe_race_docstring_examples_run():
+    import doctest
+
+    from benchmarks import recipe_race
+
+    result = doctest.testmod(recipe_race)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+@pytest.mark.backend_independent
 def test_a_recipe_race_scores_variants_side_by_side_and_reports_a_failed_one(tmp_path):
     from benchmarks import recipe_race
 
