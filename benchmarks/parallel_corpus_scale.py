@@ -108,7 +108,7 @@ def child_pipeline(corpus, stream, batches, vocabulary, input_pipeline="tf.data"
     python = input_pipeline == "python"
     if python:
         from keras_transformer.data import python_pipeline as pipeline
-        from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer as load_tokenizer
+        from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer as load_tokenizer
     else:
         from keras_transformer.data import pipeline
         from keras_transformer.data.tokenizer import load_tokenizer

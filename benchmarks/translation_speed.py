@@ -107,7 +107,7 @@ class RowSteps:
         decode = translator._decode
 
         def counted(source):
-            from keras_transformer.data.special_tokens import END_ID
+            from keras_transformer_runtime.special_tokens import END_ID
 
             generated = decode(source)
             ended = np.asarray(generated) == END_ID

@@ -23,15 +23,15 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer.data.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer.decoding.sampler import FORBIDDEN_TOKEN_IDS
 from keras_transformer.errors import UserInputError
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer.run_folder import VOCABULARY_FILE
 from keras_transformer.translator import DEFAULT_BEAM_WIDTH
 from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
-from keras_transformer.translator import Translator
 from keras_transformer.translator import resolve_batch_size
+from keras_transformer_runtime.text_translator import TextTranslator
 
 # Written beside CTranslate2's own files: what decoding needs that its
 # config.json does not hold.
@@ -228,7 +228,7 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     """
     ctranslate2 = _import_ctranslate2()
     from keras_transformer import run_folder
-    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
@@ -258,7 +258,7 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     return out
 
 
-class CTranslate2Translator(Translator):
+class CTranslate2Translator(TextTranslator):
     """A `Translator` whose model runs in CTranslate2, from `export_ctranslate2`'s folder.
 
     Strings in, strings out, as `Translator`: the same tokenizer, the same
@@ -294,7 +294,7 @@ class CTranslate2Translator(Translator):
     >>> import os, tempfile
     >>> import keras_transformer as kt
     >>> from keras_transformer import run_folder
-    >>> from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
     >>> run = tempfile.mkdtemp()
     >>> _ = train_tokenizer(["Sea la luz.", "Let there be light."], vocabulary_size=20,
     ...                     path=os.path.join(run, run_folder.VOCABULARY_FILE))
@@ -309,10 +309,8 @@ class CTranslate2Translator(Translator):
     def __init__(self, directory, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=DEFAULT_CTRANSLATE2_LENGTH_PENALTY,
                  max_new_tokens=None, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
                  batch_size=DEFAULT_CTRANSLATE2_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
-        # Not Translator.__init__, which builds a Keras decoder: this sets the
-        # attributes its __call__ reads, and _padded_batch and _decode differ.
         ctranslate2 = _import_ctranslate2()
-        from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+        from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
         settings_path = os.path.join(directory, SETTINGS_FILE)
         if not os.path.isfile(settings_path):
@@ -334,6 +332,7 @@ class CTranslate2Translator(Translator):
         if not 1 <= self.max_new_tokens < self.max_length:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be in [1, max_length={self.max_length}).")
         self.batch_size = resolve_batch_size(batch_size, compiled=False)
+        self.bucketed = False
         self.translator = ctranslate2.Translator(
             directory, device=device, compute_type=compute_type, intra_threads=intra_threads
         )

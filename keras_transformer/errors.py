@@ -1,18 +1,3 @@
-"""The error the package raises for input it cannot use.
+"""The error the package raises for input it cannot use: `keras_transformer_runtime.errors`, under its old name."""
 
-The command line prints it as one line and exits with status 2; anything
-else is a bug and keeps its traceback.
-"""
-
-
-class UserInputError(ValueError):
-    """A problem with the user's input (flags, files, a run folder), not a bug.
-
-    Its message is one line that says what is wrong and what to do. A
-    `ValueError`, so the Python API's callers can catch it as one.
-
-    Example:
-
-    >>> str(UserInputError("--corpus 'x.tsv' does not exist."))
-    "--corpus 'x.tsv' does not exist."
-    """
+from keras_transformer_runtime.errors import UserInputError  # noqa: F401

@@ -18,8 +18,8 @@ import os
 
 import keras
 
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
 
 SIGNATURE = "serving_default"
 

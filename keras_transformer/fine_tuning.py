@@ -220,14 +220,14 @@ def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
 
     >>> import tempfile, os
     >>> from keras_transformer.data.corpus import TranslationPair
-    >>> from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
     >>> path = os.path.join(tempfile.mkdtemp(), "v.spm")
     >>> _ = train_tokenizer(["la tierra y el cielo", "the earth and the sky"], 20, path=path)
     >>> unknown_shares([TranslationPair("1", "", "train", "la tierra", "地球", ("地球",))], path)
     (0.0, 1.0)
     """
-    from keras_transformer.data.sentence_piece_tokenizer import read_vocabulary
-    from keras_transformer.data.special_tokens import UNK_ID
+    from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
+    from keras_transformer_runtime.special_tokens import UNK_ID
 
     _, processor = read_vocabulary(vocabulary_path)
     shares = []

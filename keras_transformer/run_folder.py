@@ -27,9 +27,11 @@ import keras
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import RESUMABLE_CHANGES
 from keras_transformer.train_config import TrainConfig
+from keras_transformer_runtime.run_files import MODEL_FILE  # noqa: F401 (part of this module's names)
+from keras_transformer_runtime.run_files import VOCABULARY_FILE  # noqa: F401
 
 CONFIG_FILE, SUMMARY_FILE, PROGRESS_FILE = "config.json", "summary.json", "progress.json"
-MODEL_FILE, VOCABULARY_FILE, BACKUP_FOLDER, LOG_FILE = "model.keras", "vocabulary.spm", "backup", "log.csv"
+BACKUP_FOLDER, LOG_FILE = "backup", "log.csv"
 # What keras.callbacks.BackupAndRestore(double_checkpoint=True) writes.
 _BACKUP_WEIGHTS, _BACKUP_METADATA = "latest.weights.h5", "training_metadata.json"
 TENSORBOARD_FOLDER = "logs"

@@ -68,7 +68,7 @@ def read_corpus(config):
 
 def learn_vocabulary(config, corpus_data, path):
     """Trains the joint SentencePiece vocabulary into `path`."""
-    from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+    from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
 
     try:
         train_tokenizer(corpus_data.vocabulary_texts(), config.vocabulary_size, path=path)
@@ -132,7 +132,7 @@ def _input_pipeline(config, vocabulary_path):
 
         return name, tokenizer, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)), batches
     from keras_transformer.data import python_pipeline
-    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
     tokenizer = SentencePieceTokenizer(vocabulary_path)
     return (

@@ -23,12 +23,11 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 import warnings
 
 from keras_transformer_cli import commands
+from keras_transformer_cli import startup
 from keras_transformer_cli.commands import ABLATE_SETTINGS
-from keras_transformer_cli.commands import importable
 
 PROG = "keras-transformer"
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
@@ -257,6 +256,17 @@ def _add_train_arguments(parser):
     parser.add_argument("--overwrite", action="store_true", help="start again even if --output holds a run")
 
 
+ENGINE_HELP = (
+    "what runs the model: compiled = the run's decoding loop as an XLA program kept in the cache "
+    "(~/.cache/keras-transformer; JAX, no Keras from the second call on); keras = the Keras model on "
+    "KERAS_BACKEND; auto = compiled where JAX is installed and the cache is on (KERAS_TRANSFORMER_CACHE=0 "
+    "turns it off), else keras. The same translations either way (docs/translating.md)")
+
+
+def _add_engine_argument(parser):
+    parser.add_argument("--engine", choices=("auto", "compiled", "keras"), default="auto", help=ENGINE_HELP)
+
+
 def build_parser():
     """The argument parser of `keras-transformer`.
 
@@ -302,7 +312,13 @@ def build_parser():
                         help="quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the "
                              "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
                              "about 0.6 BLEU (docs/keras-workflows.md)")
-    translate.add_argument("text", nargs="*", help="sentences to translate (default: read stdin)")
+    _add_engine_argument(translate)
+    translate.add_argument("--invalid-input", choices=("skip", "replace"), default="skip",
+                           help="a line that is not UTF-8 or holds a NUL byte: skip it (an empty output line, "
+                                "a one-line error naming the line and byte on stderr, exit status 1), or replace "
+                                "the bad bytes by U+FFFD and translate it (counted on stderr)")
+    translate.add_argument("text", nargs="*", help="sentences to translate (default: stdin, one line each, "
+                                                  "each answered as it arrives)")
 
     evaluate = verb("evaluate", commands.evaluate, "BLEU and chrF (sacrebleu) on a split of the run's corpus")
     evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
@@ -316,6 +332,7 @@ def build_parser():
                           help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
                                "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
+    _add_engine_argument(evaluate)
     evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS,
                         help="quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the "
                              "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
@@ -354,82 +371,6 @@ def build_parser():
     return parser
 
 
-@contextlib.contextmanager
-def _quiet_native_logging(verbose):
-    """Keeps C++ start-up logging (TensorFlow, XLA, absl) out of the terminal.
-
-    TensorFlow and XLA write lines such as "failed call to cuInit" from C++
-    straight to file descriptor 2 while Keras imports its backend and the
-    first device starts, before any Python logging setting applies; only
-    silencing the descriptor for that moment hides them. What was written
-    is shown after all if the start fails.
-    """
-    if verbose:
-        yield
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # later TensorFlow logging: warnings and errors only
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode("utf-8", errors="replace"))
-            raise
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def _uses_tensorflow(args):
-    """Whether the verb will import TensorFlow whatever the backend (tf.data, TensorBoard, export)."""
-    return (
-        (args.command in ("train", "ablate") or (args.command == "export" and args.format == "savedmodel"))
-        and getattr(args, "input_pipeline", "auto") != "python"
-        and importable("tensorflow")
-    )
-
-
-def _start_keras(args, verbose):
-    """Imports Keras, the package and TensorFlow where the verb uses it, and
-    starts their devices, quietly unless verbose. `train` first joins the
-    job of several processes that `KERAS_DISTRIBUTION_*` may describe:
-    JAX refuses once a device has started."""
-    with _quiet_native_logging(verbose):
-        import keras
-
-        import keras_transformer  # noqa: F401
-
-        if args.command == "train":
-            from keras_transformer import distribute
-
-            distribute.join_processes()
-        keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)
-        if _uses_tensorflow(args) or sys.modules.get("tensorflow") is not None:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend
-            if not verbose and (_uses_tensorflow(args) or keras.backend.backend() == "tensorflow"):
-                _spend_onednn_dtype_message(tf)
-
-
-def _spend_onednn_dtype_message(tf):
-    """Makes oneDNN log its data type message now, while fd 2 is silenced.
-
-    TensorFlow's oneDNN Transpose logs "oneDNN supports DT_INT64 only on
-    platforms with AVX-512. Falling back to the default Eigen-based
-    implementation if present." at ERROR level, whatever the CPU, the first
-    time a process transposes a tensor that is not float (`tf.data`'s ragged
-    concat does, in the middle of `train`'s log), and never again.
-    """
-    with tf.device("/CPU:0"):
-        tf.transpose(tf.zeros((2, 2), tf.int64))
-
-
 def _in_a_job_of_several_processes():
     package = sys.modules.get("keras_transformer.distribute")
     return package is not None and package.in_a_job()
@@ -446,11 +387,15 @@ def main(argv=None):
         argv: the arguments (default: `sys.argv[1:]`).
 
     Returns:
-        0; user errors exit with status 2, Ctrl-C with 130.
+        0; 1 when `translate` skipped a line it could not read; user errors
+        exit with status 2, Ctrl-C with 130.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
+    args.start_keras = lambda: startup.start_keras(args, verbose)
+    if hasattr(args, "engine"):
+        args.engine = startup.translation_engine(args, parser)
     results = sys.stdout
     # Keras' progress bars assume a terminal: when stdout is a file or a pipe
     # they go, with the log lines, to stderr, and stdout keeps the results.
@@ -459,13 +404,13 @@ def main(argv=None):
     with contextlib.redirect_stdout(progress):
         warnings.formatwarning = _one_line_warning
         try:
-            _start_keras(args, verbose)
-            args.handler(args, results)
+            if getattr(args, "engine", None) != "compiled" or args.command != "translate":
+                args.start_keras()  # a compiled translate starts Keras only to write its program
+            status = args.handler(args, results)
         except KeyboardInterrupt:
             parser.exit(130, f"{PROG}: interrupted; run the same command again to resume.\n")
         except Exception as error:
-            # Imported by now: _start_keras imports the package first.
-            from keras_transformer.errors import UserInputError
+            from keras_transformer_runtime.errors import UserInputError
 
             if not isinstance(error, UserInputError):
                 raise
@@ -477,4 +422,4 @@ def main(argv=None):
             parser.exit(2, f"{PROG}: error: {error}\n")
         finally:
             warnings.formatwarning = format_warning
-    return 0
+    return status or 0

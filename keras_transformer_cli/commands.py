@@ -15,7 +15,8 @@ def train(args, out):
     from keras_transformer.train_config import TrainConfig
     from keras_transformer.trainer import train_translator
 
-    options = {k: v for k, v in vars(args).items() if k not in ("command", "overwrite", "handler", "verbose")}
+    not_config = ("command", "overwrite", "handler", "verbose", "start_keras")
+    options = {k: v for k, v in vars(args).items() if k not in not_config}
     options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
     summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
     print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}),
@@ -32,6 +33,9 @@ def train(args, out):
 
 
 def _translator(args):
+    """The translator of `--engine`: the cached compiled program, or the Keras model."""
+    if getattr(args, "engine", "keras") == "compiled":
+        return _compiled_translator(args)
     from keras_transformer.errors import UserInputError
     from keras_transformer.translator import Translator
 
@@ -42,12 +46,71 @@ def _translator(args):
         raise UserInputError(str(error))
 
 
+def _compiled_translator(args):
+    """A `CompiledTranslator` from the program cache; on a miss, Keras (on JAX) writes the program first."""
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.program_cache import ProgramCache
+
+    def write(*arguments, **settings):
+        print("keras-transformer: compiling the model's decoding program into the cache "
+              "(once per model and setting; later calls start in about a second)", file=sys.stderr, flush=True)
+        args.start_keras()
+        from keras_transformer.translation_program import write_translation_program
+
+        try:
+            write_translation_program(*arguments, **settings)
+        except (FileNotFoundError, ValueError) as error:
+            raise UserInputError(str(error))
+
+    verbose = args.verbose or os.environ.get("KERAS_TRANSFORMER_VERBOSE", "") not in ("", "0")
+    log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if verbose else None
+    return load_compiled_translator(args.model, ProgramCache(), beam_width=args.beam,
+                                    no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
+                                    write=write, log=log)
+
+
 def translate(args, out):
-    """`translate`: each argument (or stdin line) translated, one line each on `out`."""
+    """`translate`: each argument (or stdin line, as it arrives) translated, one line each on `out`.
+
+    Returns:
+        1 when a line was skipped (not UTF-8, or a NUL byte), else 0.
+    """
+    from keras_transformer_cli.input_lines import BadLine
+    from keras_transformer_cli.input_lines import arriving_batches
+    from keras_transformer_cli.input_lines import decode_argument
+    from keras_transformer_cli.input_lines import decode_line
+
     translator = _translator(args)
-    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
-    for translation in translator(texts):
-        print(translation, file=out)
+    if args.text:
+        batches = [[(number, text) for number, text in enumerate(args.text, 1)]]
+        decode = decode_argument
+    else:
+        batches = arriving_batches(sys.stdin.buffer)
+        decode = decode_line
+    skipped = replaced = 0
+    for batch in batches:
+        texts = []
+        for number, raw in batch:
+            try:
+                text, was_replaced = decode(raw, number, args.invalid_input)
+            except BadLine as error:
+                print(f"keras-transformer: {error}", file=sys.stderr, flush=True)
+                text, was_replaced = None, False
+                skipped += 1
+            replaced += was_replaced
+            texts.append(text)
+        translations = iter(translator([text for text in texts if text is not None]))
+        for text in texts:
+            print("" if text is None else next(translations), file=out)
+        out.flush()
+    if replaced:
+        print(f"keras-transformer: {replaced} lines held bytes that are not UTF-8 (or NUL); they were replaced "
+              "by U+FFFD and translated.", file=sys.stderr)
+    if skipped:
+        print(f"keras-transformer: {skipped} lines were skipped (an empty line in their place); "
+              "--invalid-input replace translates them with U+FFFD for the bad bytes.", file=sys.stderr)
+    return 1 if skipped else 0
 
 
 def evaluate(args, out):

@@ -111,7 +111,7 @@ def test_tutorial_model_honours_padding(rng):
 
 
 def test_keras_hub_cache_gives_the_greedy_tokens_of_a_full_forward_pass(rng):
-    from keras_transformer.data.special_tokens import START_ID
+    from keras_transformer_runtime.special_tokens import START_ID
     from keras_transformer.decoding import greedy_search
 
     model = build_model("keras_hub", QUICK, max_length=16, dropout=0.0)

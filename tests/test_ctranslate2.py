@@ -15,10 +15,10 @@ import keras_transformer as kt  # noqa: E402
 from keras_transformer import run_folder  # noqa: E402
 from keras_transformer.ctranslate2_model import CTranslate2Translator  # noqa: E402
 from keras_transformer.ctranslate2_model import export_ctranslate2  # noqa: E402
-from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer  # noqa: E402
-from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer  # noqa: E402
-from keras_transformer.data.special_tokens import END_ID  # noqa: E402
-from keras_transformer.data.special_tokens import START_ID  # noqa: E402
+from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer  # noqa: E402
+from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer  # noqa: E402
+from keras_transformer_runtime.special_tokens import END_ID  # noqa: E402
+from keras_transformer_runtime.special_tokens import START_ID  # noqa: E402
 from keras_transformer.translator import Translator  # noqa: E402
 
 from conftest import FIXTURE_CORPUS  # noqa: E402

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search

@@ -52,7 +52,7 @@ def tokenizer(vocabulary):
 
 @pytest.fixture
 def spm_tokenizer(vocabulary):
-    from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
+    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
     return SentencePieceTokenizer(vocabulary)
 
@@ -104,7 +104,7 @@ def _first(dataset, count):
 
 def test_one_python_streamed_pass_holds_the_pairs_of_an_in_memory_epoch_truncated_alike(spm_tokenizer):
     from keras_transformer.data import python_pipeline
-    from keras_transformer.data.special_tokens import START_ID
+    from keras_transformer_runtime.special_tokens import START_ID
 
     max_length = 16  # truncates: the verses are longer
     tokens = python_pipeline.tokenize_pairs(CORPUS.read()["train"], spm_tokenizer, max_length)

@@ -26,9 +26,9 @@ from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.batch_plan import padded_lengths
 from keras_transformer.data.python_pipeline import check_pairs
 from keras_transformer.data.python_pipeline import truncated_arrays
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 
 _TOKENIZE_CHUNK = 8192
 

@@ -19,9 +19,9 @@ import numpy as np
 
 from keras_transformer.data.batch_plan import BUCKET_WIDTH
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ def tokenize_pairs(pairs, tokenizer, max_length):
         pairs: list of `TranslationPair` (only `.source` and `.target` are
             read).
         tokenizer: a
-            `keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer`.
+            `keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer`.
         max_length: int >= 2, the longest encoder or decoder sequence.
 
     Returns:
@@ -78,7 +78,7 @@ def tokenize_pairs(pairs, tokenizer, max_length):
     Example:
 
     >>> from keras_transformer.data.corpus import TranslationPair
-    >>> from keras_transformer.data.sentence_piece_tokenizer import (
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import (
     ...     SentencePieceTokenizer, train_tokenizer)
     >>> texts = ["En el principio creó Dios los cielos y la tierra.",
     ...          "In the beginning, God created the heavens and the earth."]
@@ -95,7 +95,7 @@ def tokenize_pairs(pairs, tokenizer, max_length):
         raise TypeError(
             f"`tokenizer` must be a keras_transformer SentencePieceTokenizer, got "
             f"{type(tokenizer).__name__}; load the vocabulary with "
-            "keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
+            "keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
         )
     pairs = check_pairs(pairs, max_length)
     return truncated_arrays(

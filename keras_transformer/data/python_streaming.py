@@ -171,7 +171,7 @@ class StreamedPyDataset(keras.utils.PyDataset):
         train_lines: `bytes`, which lines hold train pairs: the
             `train_lines` of `corpus_scan.scan_corpus(corpus)`.
         tokenizer: a
-            `keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer`.
+            `keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer`.
         max_length: int >= 2, the longest encoder or decoder sequence.
         batch_tokens: int >= max_length. Defaults to 4096.
         seed: int, the shuffle seed. Defaults to 0.
@@ -192,7 +192,7 @@ class StreamedPyDataset(keras.utils.PyDataset):
     >>> import os, tempfile
     >>> from keras_transformer.data import ParallelCorpus
     >>> from keras_transformer.data.corpus_scan import scan_corpus
-    >>> from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer, train_tokenizer
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer, train_tokenizer
     >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
     >>> _ = open(path, "w").write("Guten Tag\\tGood day\\nDanke\\tThank you\\n")
     >>> tokenizer = SentencePieceTokenizer(train_tokenizer(["Guten Tag", "Good day", "Danke", "Thank you"], 20))
@@ -216,7 +216,7 @@ class StreamedPyDataset(keras.utils.PyDataset):
         if not hasattr(tokenizer, "tokenize_flat"):
             raise TypeError(
                 f"`tokenizer` must be a keras_transformer SentencePieceTokenizer, got {type(tokenizer).__name__}; "
-                "load the vocabulary with keras_transformer.data.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
+                "load the vocabulary with keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
             )
         _check_shard(shard)
         self.corpus, self.train_lines, self.tokenizer, self.max_length = corpus, train_lines, tokenizer, max_length

@@ -1,11 +1,6 @@
-"""Ids of the special tokens, in a module free of TensorFlow.
+"""Ids of the special tokens: `keras_transformer_runtime.special_tokens`, under its old name."""
 
-Every vocabulary the package trains reserves these ids; the model builders
-treat `PAD_ID` as padding. Decoding code imports them from here so that it
-runs on JAX or torch without TensorFlow installed.
-"""
-
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
+from keras_transformer_runtime.special_tokens import END_ID  # noqa: F401
+from keras_transformer_runtime.special_tokens import PAD_ID  # noqa: F401
+from keras_transformer_runtime.special_tokens import START_ID  # noqa: F401
+from keras_transformer_runtime.special_tokens import UNK_ID  # noqa: F401

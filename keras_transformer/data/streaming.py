@@ -37,9 +37,9 @@ from keras_transformer.data.batch_plan import batch_sizes
 from keras_transformer.data.batch_plan import expected_batch_tokens  # noqa: F401 (re-exported)
 from keras_transformer.data.batch_plan import padded_lengths
 from keras_transformer.data.batch_plan import pairs_of_batches  # noqa: F401 (re-exported)
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 
 _CHUNK = 1024  # pairs per generator element and per tokenizer call
 

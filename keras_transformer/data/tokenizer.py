@@ -5,18 +5,18 @@ which also runs inside `tf.data` and `tf.function` (on tensorflow-text's
 SentencePiece op). It imports KerasHub, hence TensorFlow, when called, not
 when this module is imported. Training the vocabulary, and a tokenizer with
 the same ids on the `sentencepiece` library alone, live in
-`keras_transformer.data.sentence_piece_tokenizer` (re-exported here), which
+`keras_transformer_runtime.sentence_piece_tokenizer` (re-exported here), which
 never imports TensorFlow.
 """
 
-from keras_transformer.data.sentence_piece_tokenizer import END_ID
-from keras_transformer.data.sentence_piece_tokenizer import PAD_ID
-from keras_transformer.data.sentence_piece_tokenizer import START_ID
-from keras_transformer.data.sentence_piece_tokenizer import UNK_ID
-from keras_transformer.data.sentence_piece_tokenizer import SentencePieceTokenizer
-from keras_transformer.data.sentence_piece_tokenizer import normalize
-from keras_transformer.data.sentence_piece_tokenizer import read_vocabulary
-from keras_transformer.data.sentence_piece_tokenizer import train_tokenizer
+from keras_transformer_runtime.sentence_piece_tokenizer import END_ID
+from keras_transformer_runtime.sentence_piece_tokenizer import PAD_ID
+from keras_transformer_runtime.sentence_piece_tokenizer import START_ID
+from keras_transformer_runtime.sentence_piece_tokenizer import UNK_ID
+from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+from keras_transformer_runtime.sentence_piece_tokenizer import normalize
+from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
+from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
 
 
 def load_tokenizer(proto):

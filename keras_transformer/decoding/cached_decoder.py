@@ -61,7 +61,7 @@ class CachedDecoder:
 
     >>> import numpy as np
     >>> import keras_transformer as kt
-    >>> from keras_transformer.data.special_tokens import START_ID
+    >>> from keras_transformer_runtime.special_tokens import START_ID
     >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
     ...                               num_heads=2, ff_dim=16, max_length=12)
     >>> decoder = CachedDecoder(model)

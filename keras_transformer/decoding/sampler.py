@@ -21,9 +21,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.data.special_tokens import END_ID
-from keras_transformer.data.special_tokens import PAD_ID
-from keras_transformer.data.special_tokens import START_ID
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 
 # A generated PAD_ID would be masked as padding when the prefix is re-read,
 # and START_ID only opens a sequence.
@@ -66,18 +66,43 @@ def compile_function(function, variables=None):
         if not variables:
             return jax.jit(function)
         variables = list(variables)
-
-        def with_values(values, *args, **kwargs):
-            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-                return function(*args, **kwargs)
-
-        compiled = jax.jit(with_values)
+        compiled = jax.jit(with_variable_values(function, variables))
         return lambda *args, **kwargs: compiled([variable.value for variable in variables], *args, **kwargs)
     if backend == "tensorflow":
         import tensorflow as tf
 
         return tf.function(function, jit_compile=True, reduce_retracing=True)
     return function
+
+
+def with_variable_values(function, variables):
+    """`function` with the values of `variables` as its first argument: a pure function (JAX).
+
+    Inside, `variables` read the values passed (a `keras.StatelessScope`),
+    so the function can be `jax.jit`-compiled or `jax.export`-ed once and
+    called with any weights of the same shapes.
+
+    Args:
+        function: a function of tensors that reads `variables`.
+        variables: a list of Keras variables.
+
+    Returns:
+        `with_values(values, *args, **kwargs)`.
+
+    Example:
+
+    >>> scale = keras.Variable(2.0)
+    >>> times = with_variable_values(lambda x: x * scale, [scale])
+    >>> float(keras.ops.convert_to_numpy(times([keras.ops.ones(()) * 5.0], keras.ops.ones(()))))
+    5.0
+    """
+    variables = list(variables)
+
+    def with_values(values, *args, **kwargs):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(*args, **kwargs)
+
+    return with_values
 
 
 def mask_forbidden_tokens(logits):

@@ -1,0 +1,97 @@
+"""Writes a run's decoding loop as an exported XLA program into the program cache (Keras on JAX).
+
+The writing half of `keras_transformer_runtime.compiled_translator`: the
+run is loaded as a `Translator` (every check of its model, vocabulary and
+settings applies), its decoding loop (`decoding.sampler.search_tensors`,
+the loop `Translator` compiles) is made a pure function of the weights
+and the source tokens, and `jax.export` serializes it with a symbolic
+batch size and source length, so one file serves every batch shape. The
+weights go beside it as an `.npz`, in the order of `model.variables`.
+"""
+
+import jax
+import keras
+
+from keras_transformer.decoding.sampler import BeamChoice
+from keras_transformer.decoding.sampler import GreedyChoice
+from keras_transformer.decoding.sampler import search_tensors
+from keras_transformer.decoding.sampler import with_variable_values
+from keras_transformer.translator import Translator
+from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
+from keras_transformer_runtime.compiled_translator import WEIGHTS_FILE
+from keras_transformer_runtime.compiled_translator import program_file
+from keras_transformer_runtime.compiled_translator import settings_bytes
+from keras_transformer_runtime.compiled_translator import weights_bytes
+
+
+def export_decoding_program(translator):
+    """The decoding loop of a `Translator` as a `jax.export.Exported`.
+
+    Args:
+        translator: a `Translator` on the JAX backend.
+
+    Returns:
+        The exported `(weights, encoder_tokens) -> (generated, steps)`, for
+        any batch size and source length (`encoder_tokens` int32
+        `(batch, length)`, `weights` the values of `model.variables`).
+
+    Raises:
+        RuntimeError: Keras does not run on JAX.
+
+    Example:
+
+    >>> import numpy as np, keras_transformer as kt
+    >>> from keras_transformer.data.sentence_piece_tokenizer import (
+    ...     SentencePieceTokenizer, train_tokenizer)
+    >>> tokenizer = SentencePieceTokenizer(train_tokenizer(
+    ...     ["Sea la luz.", "Let there be light."], vocabulary_size=20))
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=8)
+    >>> program = export_decoding_program(Translator(model, tokenizer)) if keras.backend.backend() == "jax" else None
+    >>> program is None or len(program.in_avals) == len(model.variables) + 1
+    True
+    """
+    if keras.backend.backend() != "jax":
+        raise RuntimeError(
+            f"A translation program is exported from Keras on JAX; this process runs Keras on "
+            f"{keras.backend.backend()!r}. Set KERAS_BACKEND=jax."
+        )
+    if translator.beam_width == 1:
+        choice = GreedyChoice()
+    else:
+        choice = BeamChoice(width=translator.beam_width, length_penalty=float(translator.length_penalty))
+    decoder = translator.decoder
+    variables = list(decoder.model.variables)
+
+    def decode(encoder_tokens):
+        return search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
+                              no_repeat_ngram_size=translator.no_repeat_ngram_size)
+
+    batch, length = jax.export.symbolic_shape("batch, length")
+    weights = [jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype) for variable in variables]
+    tokens = jax.ShapeDtypeStruct((batch, length), "int32")
+    return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens)
+
+
+def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
+                              no_repeat_ngram_size=3):
+    """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
+
+    Args:
+        run_directory: the `--output` folder of `keras-transformer train`.
+        entry: the entry's folder (`ProgramCache.entry`).
+        cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
+        beam_width, length_penalty, no_repeat_ngram_size: as `Translator`'s.
+
+    Raises:
+        UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
+        RuntimeError: Keras does not run on JAX.
+    """
+    translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
+                                           no_repeat_ngram_size=no_repeat_ngram_size)
+    program = export_decoding_program(translator)
+    variables = translator.decoder.model.variables
+    cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
+    cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
+    name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens)
+    cache.write(entry / name, bytes(program.serialize()))

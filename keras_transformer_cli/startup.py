@@ -1,0 +1,125 @@
+"""Starting Keras for a verb: its backend, its devices, and the C++ logging they print.
+
+Importing Keras imports its backend, and the backend's first device start
+writes C++ log lines (CUDA, XLA, oneDNN) straight to file descriptor 2;
+`start_keras` does both at once with the descriptor silenced, unless
+`--verbose`, so the terminal shows only what the verb says.
+"""
+
+import contextlib
+import os
+import sys
+import tempfile
+
+from keras_transformer_cli.commands import importable
+
+
+@contextlib.contextmanager
+def quiet_native_logging(verbose):
+    """Keeps C++ start-up logging (TensorFlow, XLA, absl) out of the terminal.
+
+    TensorFlow and XLA write lines such as "failed call to cuInit" from C++
+    straight to file descriptor 2 while Keras imports its backend and the
+    first device starts, before any Python logging setting applies; only
+    silencing the descriptor for that moment hides them. What was written
+    is shown after all if the start fails.
+    """
+    if verbose:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # later TensorFlow logging: warnings and errors only
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode("utf-8", errors="replace"))
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _uses_tensorflow(args):
+    """Whether the verb will import TensorFlow whatever the backend (tf.data, TensorBoard, export)."""
+    return (
+        (args.command in ("train", "ablate") or (args.command == "export" and args.format == "savedmodel"))
+        and getattr(args, "input_pipeline", "auto") != "python"
+        and importable("tensorflow")
+    )
+
+
+def start_keras(args, verbose):
+    """Imports Keras, the package and TensorFlow where the verb uses it, and
+    starts their devices, quietly unless verbose. `train` first joins the
+    job of several processes that `KERAS_DISTRIBUTION_*` may describe:
+    JAX refuses once a device has started."""
+    with quiet_native_logging(verbose):
+        import keras
+
+        import keras_transformer  # noqa: F401
+
+        if args.command == "train":
+            from keras_transformer import distribute
+
+            distribute.join_processes()
+        keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)
+        if _uses_tensorflow(args) or sys.modules.get("tensorflow") is not None:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # TensorFlow's CUDA start, whatever the backend
+            if not verbose and (_uses_tensorflow(args) or keras.backend.backend() == "tensorflow"):
+                _spend_onednn_dtype_message(tf)
+
+
+def _spend_onednn_dtype_message(tf):
+    """Makes oneDNN log its data type message now, while fd 2 is silenced.
+
+    TensorFlow's oneDNN Transpose logs "oneDNN supports DT_INT64 only on
+    platforms with AVX-512. Falling back to the default Eigen-based
+    implementation if present." at ERROR level, whatever the CPU, the first
+    time a process transposes a tensor that is not float (`tf.data`'s ragged
+    concat does, in the middle of `train`'s log), and never again.
+    """
+    with tf.device("/CPU:0"):
+        tf.transpose(tf.zeros((2, 2), tf.int64))
+
+
+def translation_engine(args, parser):
+    """What runs the model for `translate` and `evaluate`: `"compiled"` or `"keras"` (see `--engine`).
+
+    The compiled engine writes its program with Keras on JAX: when it is
+    chosen and Keras is not yet imported, this process's Keras backend
+    becomes JAX, whatever KERAS_BACKEND says (the program, not the
+    backend, then runs the model).
+    """
+    from keras_transformer_runtime.program_cache import cache_enabled
+
+    keras_module = sys.modules.get("keras")
+    other_backend = keras_module is not None and keras_module.backend.backend() != "jax"
+    if args.engine == "auto":
+        compiled = (importable("jax") and cache_enabled() and not getattr(args, "quantize", None)
+                    and not other_backend)
+        engine = "compiled" if compiled else "keras"
+    elif args.engine == "compiled":
+        problem = (
+            "needs JAX (pip install jax)" if not importable("jax")
+            else "keeps its program in the cache, which KERAS_TRANSFORMER_CACHE=0 turns off" if not cache_enabled()
+            else "runs the Keras model only: drop --quantize, or pass --engine keras" if getattr(args, "quantize", None)
+            else "writes its program with Keras on JAX, and this process already runs Keras on "
+                 f"{keras_module.backend.backend()}" if other_backend
+            else None
+        )
+        if problem:
+            parser.error(f"--engine compiled {problem}.")
+        engine = "compiled"
+    else:
+        engine = "keras"
+    if engine == "compiled" and keras_module is None:
+        os.environ["KERAS_BACKEND"] = "jax"
+    return engine

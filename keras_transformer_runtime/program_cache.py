@@ -1,0 +1,234 @@
+"""Where compiled translation programs are kept between processes, and when an entry is stale.
+
+`keras-transformer translate` and `evaluate` keep each trained run's
+decoding loop as an exported XLA program (`jax.export`), its weights, and
+XLA's compiled code in one folder, so that from the second call on a
+sentence is translated without importing Keras and without compiling.
+
+- **Where**: `$KERAS_TRANSFORMER_CACHE_DIR`, else
+  `$XDG_CACHE_HOME/keras-transformer`, else `~/.cache/keras-transformer`.
+- **Off**: `KERAS_TRANSFORMER_CACHE=0` (or `translate --engine keras`).
+- **Bounded**: after each write, the least recently used files go until
+  the folder holds at most `KERAS_TRANSFORMER_CACHE_MB` megabytes
+  (default 1024).
+- **Never stale**: an entry's name is a hash of everything that shapes the
+  program: the bytes of `model.keras` and `vocabulary.spm`, the source of
+  this package and of `keras_transformer` (so an upgrade, or an edit of
+  an editable install, starts new entries), the versions of JAX and
+  jaxlib, and the platform. XLA's compiled code is kept per CPU (its
+  model and feature flags): code compiled for one CPU may not run on
+  another that shares the home directory.
+"""
+
+import hashlib
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import tempfile
+
+ENABLED_VARIABLE = "KERAS_TRANSFORMER_CACHE"
+DIRECTORY_VARIABLE = "KERAS_TRANSFORMER_CACHE_DIR"
+SIZE_VARIABLE = "KERAS_TRANSFORMER_CACHE_MB"
+DEFAULT_SIZE_MB = 1024
+# Bumped when the layout of an entry changes.
+FORMAT = 1
+# The packages whose source shapes a program.
+SOURCE_PACKAGES = ("keras_transformer", "keras_transformer_runtime")
+
+
+def cache_enabled():
+    """False when `KERAS_TRANSFORMER_CACHE` is `0`, `off`, `false` or `no`.
+
+    Example:
+
+    >>> cache_enabled() in (True, False)
+    True
+    """
+    return os.environ.get(ENABLED_VARIABLE, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def cache_directory():
+    """The cache's folder (not created here).
+
+    Example:
+
+    >>> cache_directory().name
+    'keras-transformer'
+    """
+    if os.environ.get(DIRECTORY_VARIABLE):
+        return pathlib.Path(os.environ[DIRECTORY_VARIABLE]).expanduser() / "keras-transformer"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "keras-transformer"
+
+
+def size_limit_bytes():
+    """The most bytes the cache keeps (`KERAS_TRANSFORMER_CACHE_MB`, default 1024 MB).
+
+    Example:
+
+    >>> size_limit_bytes() > 0
+    True
+    """
+    text = os.environ.get(SIZE_VARIABLE, "")
+    try:
+        megabytes = float(text) if text else DEFAULT_SIZE_MB
+    except ValueError:
+        megabytes = DEFAULT_SIZE_MB
+    return int(max(megabytes, 1) * 1024 * 1024)
+
+
+def _hash_files(digest, paths):
+    for path in paths:
+        digest.update(str(path.name).encode())
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+
+
+def source_fingerprint():
+    """A hash of the installed source of `SOURCE_PACKAGES`, found without importing them.
+
+    Example:
+
+    >>> len(source_fingerprint())
+    64
+    """
+    digest = hashlib.sha256()
+    for package in SOURCE_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            folder = pathlib.Path(folder)
+            _hash_files(digest, sorted(folder.rglob("*.py")))
+    return digest.hexdigest()
+
+
+def cpu_fingerprint():
+    """The CPU that XLA compiles for: its model and feature flags, hashed.
+
+    Example:
+
+    >>> len(cpu_fingerprint())
+    16
+    """
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "flags") and name not in fields:
+                    fields[name] = value.strip()
+    except OSError:
+        pass
+    text = f"{platform.machine()}|{fields.get('model name', platform.processor())}|{fields.get('flags', '')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def entry_key(run_directory, model_file, vocabulary_file, engine):
+    """The name of a run's cache entry: a hash of everything that shapes its programs.
+
+    Args:
+        run_directory: the training run's folder.
+        model_file, vocabulary_file: the file names inside it.
+        engine: a string naming the engine and its versions and platform
+            (e.g. `"jax 0.10.2 jaxlib 0.10.2 cpu"`).
+
+    Returns:
+        A hex string.
+    """
+    digest = hashlib.sha256(f"format {FORMAT}|{engine}|{source_fingerprint()}".encode())
+    folder = pathlib.Path(run_directory)
+    _hash_files(digest, [folder / model_file, folder / vocabulary_file])
+    return digest.hexdigest()[:32]
+
+
+class ProgramCache:
+    """A cache folder: entries of programs and weights, and XLA's compiled code.
+
+    Args:
+        directory: the folder (default: `cache_directory()`).
+        limit_bytes: the most it keeps (default: `size_limit_bytes()`).
+
+    Example:
+
+    >>> import tempfile
+    >>> cache = ProgramCache(tempfile.mkdtemp(), limit_bytes=10)
+    >>> path = cache.write(cache.entry("abc") / "x.bin", b"0123456789abcdef")
+    >>> path.exists()  # over the limit: pruned at once, oldest first
+    False
+    """
+
+    def __init__(self, directory=None, limit_bytes=None):
+        self.directory = pathlib.Path(directory) if directory is not None else cache_directory()
+        self.limit_bytes = size_limit_bytes() if limit_bytes is None else int(limit_bytes)
+
+    def entry(self, key):
+        """The folder of one entry."""
+        return self.directory / "programs" / key
+
+    def xla_directory(self):
+        """XLA's compiled code, one folder per CPU."""
+        return self.directory / "xla" / cpu_fingerprint()
+
+    def read_json(self, path):
+        """The JSON at `path`, or None if it is missing or damaged."""
+        try:
+            with open(path, encoding="utf-8") as file:
+                return json.load(file)
+        except (OSError, ValueError):
+            return None
+
+    def write(self, path, data):
+        """Writes `data` (bytes) at `path` atomically, then prunes the cache; returns `path`."""
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+        self.prune()
+        return path
+
+    def touch(self, *paths):
+        """Marks files as just used, so the pruning keeps them longest."""
+        for path in paths:
+            try:
+                os.utime(path)
+            except OSError:
+                pass
+
+    def size_bytes(self):
+        """The bytes the cache holds now."""
+        return sum(size for _, size, _ in self._files())
+
+    def _files(self):
+        files = []
+        for root, _, names in os.walk(self.directory):
+            for name in names:
+                path = os.path.join(root, name)
+                try:
+                    status = os.stat(path)
+                except OSError:
+                    continue
+                files.append((status.st_mtime, status.st_size, path))
+        return files
+
+    def prune(self):
+        """Removes the least recently used files until the cache fits its limit."""
+        files = sorted(self._files())
+        total = sum(size for _, size, _ in files)
+        for _, size, path in files:
+            if total <= self.limit_bytes:
+                break
+            try:
+                os.remove(path)
+                total -= size
+            except OSError:
+                pass

@@ -1,0 +1,277 @@
+"""Strings in, strings out, around any decoding engine: the translators' text front end.
+
+`TextTranslator` tokenizes, truncates, warns, sorts sentences into batches
+of similar lengths, pads each batch into one of a few shapes, hands it to
+its engine's `_decode`, and detokenizes the tokens back in input order.
+The Keras `Translator`, the `CompiledTranslator` of a cached program and
+the `CTranslate2Translator` differ only in `_decode`, so the same text
+gives the same batches, and the same tokens the same translation, whatever
+runs the model. Imports NumPy only: no Keras, no TensorFlow.
+"""
+
+import warnings
+
+import numpy as np
+
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import UNK_ID
+
+# With a compiled loop, sources are padded to this many tokens, or to a
+# power of two above it (at most the model's max_length), so a stream of
+# batches compiles a few programs: each costs about 2 s (greedy) to 4.5 s
+# (beam 4) on the README's model on a 2-core CPU.
+SOURCE_BUCKET = 32
+# A batch of fewer sentences is filled up to the next of these sizes (or
+# to `batch_size`), so that a stream of batches compiles a few programs.
+SMALLEST_BATCH = 8
+# Sentences decoded together (`batch_size="auto"`); the batches of a call
+# are filled with sentences of similar length. With a compiled loop on a
+# CPU, small batches translate fastest: a batch runs until its longest
+# translation ends, and its caches stay small. On the README's model, 2-core
+# CPU, all 605 test sentences, beam 4: 8 sentences 136-156 sentences/s
+# against 79 for 64 on TensorFlow, 149 against 78 on JAX; greedy 279-307
+# against 217, and 319 against 230 (benchmarks/findings/decoding.md, "Batch size").
+COMPILED_CPU_BATCH_SIZE = 8
+# Eager torch pays Python for every step of every batch: 64 sentences ran
+# 2.4x (beam 4) to 3.1x (greedy) faster than 8 there. On a GPU or TPU,
+# where rows decode in parallel, not measured yet.
+BATCH_SIZE = 64
+DEFAULT_BATCH_SIZE = "auto"
+# Warn when more than this fraction of a sentence's characters is unknown.
+UNKNOWN_WARNING_FRACTION = 0.5
+
+
+class TextTranslator:
+    """The text side of a translator; subclasses supply `_decode`.
+
+    Defined behaviour on awkward input, so one bad string never fails a
+    batch: an empty (or whitespace-only) string translates to `""` without
+    running the model; `bytes` are decoded as UTF-8 with invalid sequences
+    replaced by U+FFFD, and so are lone surrogates in a `str` (what Python
+    makes of undecodable command-line bytes), with a `UserWarning`; a source
+    longer than `max_length` tokens is truncated to it, with a `UserWarning`
+    naming how many were; a sentence whose characters are mostly unknown to
+    the vocabulary (emoji, another script) gets a `UserWarning` naming it
+    and the fraction, since its translation can only be a guess.
+
+    A subclass sets `tokenizer`, `max_length`, `batch_size` and `bucketed`
+    (whether batches are padded into a few shapes, for a compiled engine)
+    and defines `_decode(source) -> generated`: int `(rows, width)` source
+    ids padded with 0 in, int `(rows, steps)` generated ids out, each row
+    ending with `END_ID` or running to the end.
+
+    Example (an engine that answers every sentence with its own first token):
+
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import (
+    ...     SentencePieceTokenizer, train_tokenizer)
+    >>> class Echo(TextTranslator):
+    ...     def __init__(self, tokenizer):
+    ...         self.tokenizer, self.max_length = tokenizer, 16
+    ...         self.batch_size, self.bucketed = 8, False
+    ...     def _decode(self, source):
+    ...         return np.concatenate([source[:, :1], np.full((len(source), 1), END_ID)], axis=1)
+    >>> tokenizer = SentencePieceTokenizer(train_tokenizer(
+    ...     ["Sea la luz.", "Let there be light."], vocabulary_size=20))
+    >>> Echo(tokenizer)(["Sea la luz.", ""])
+    ['Sea', '']
+    """
+
+    _character_is_known = None
+
+    def _source_tokens(self, texts):
+        """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
+        return self._padded_batch(self._token_ids(texts))
+
+    def _token_ids(self, texts):
+        """Each text's token ids, cut to `max_length` (with a warning saying how many were)."""
+        ids = self.tokenizer.tokenize(texts)
+        ids = [list(np.asarray(row).reshape(-1)) for row in ids]
+        self._warn_about_unknown_characters(texts, ids)
+        too_long = sum(len(row) > self.max_length for row in ids)
+        if too_long:
+            warnings.warn(
+                f"{too_long} of {len(ids)} inputs are longer than max_length="
+                f"{self.max_length} tokens and were truncated.",
+                UserWarning,
+                stacklevel=4,
+            )
+        return [row[: self.max_length] for row in ids]
+
+    def _padded_batch(self, ids, batch_rows=None):
+        """`ids` as int32 `(rows, width)`, padded with 0; bucketed, in a few shapes only.
+
+        When `bucketed`, the width is rounded up to `SOURCE_BUCKET` or a
+        power of two above it, and the rows up to `rows` (a call's last,
+        smaller batch is filled up to its others') or else to 8, 16, 32,
+        ... (at most `batch_size`), by repeating the first row, whose
+        extra translations are dropped: a fully padded row would be a
+        fully masked one.
+        """
+        width = max(1, max(len(row) for row in ids))
+        rows = len(ids)
+        if self.bucketed:
+            width = min(self.max_length, next_bucket(width, SOURCE_BUCKET))
+            rows = min(next_bucket(rows, SMALLEST_BATCH), self.batch_size)
+            rows = max(len(ids), batch_rows or rows)
+        batch = np.zeros((rows, width), "int32")
+        for i in range(rows):
+            row = ids[i] if i < len(ids) else ids[0]
+            batch[i, : len(row)] = row
+        return batch
+
+    def unknown_characters(self, text):
+        """How many of `text`'s non-space characters the vocabulary does not know.
+
+        Returns:
+            `(unknown, characters)`.
+        """
+        if self._character_is_known is None:
+            self._character_is_known = {}
+        characters = [c for c in text if not c.isspace()]
+        for character in set(characters) - set(self._character_is_known):
+            ids = np.asarray(self.tokenizer.tokenize([character])[0]).reshape(-1)
+            self._character_is_known[character] = not (ids == UNK_ID).any()
+        return sum(not self._character_is_known[c] for c in characters), len(characters)
+
+    def _warn_about_unknown_characters(self, texts, ids):
+        shown = 3
+        unknown = []
+        for text, row in zip(texts, ids):
+            if UNK_ID not in row:  # the common case costs nothing more
+                continue
+            count, total = self.unknown_characters(text)
+            if total and count / total > UNKNOWN_WARNING_FRACTION:
+                unknown.append(f"{text[:40]!r}{'...' if len(text) > 40 else ''}: {count} of {total} "
+                               f"characters ({count / total:.0%})")
+        if unknown:
+            more = f"; and {len(unknown) - shown} more inputs" if len(unknown) > shown else ""
+            warnings.warn(
+                "mostly unknown to the vocabulary, so the translation is a guess: "
+                + "; ".join(unknown[:shown]) + more + ".",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def _detokenize(self, generated):
+        rows = []
+        for row in generated:
+            row = [int(token) for token in row]  # sentencepiece 0.2.0 decodes Python ints only
+            rows.append(row[: row.index(END_ID)] if END_ID in row else row)
+        texts = self.tokenizer.detokenize(rows) if rows else []
+        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+
+    def __call__(self, texts, progress=None):
+        """Translates `texts` (a string, bytes or a list of them).
+
+        More than `batch_size` texts are decoded in batches of similar
+        lengths; the translations come back in input order.
+
+        Args:
+            texts: a string, bytes, or a list of them.
+            progress: callable, called with the number of sentences of each
+                batch once it is translated (e.g. a progress bar's `add`).
+
+        Returns:
+            A list of translations (a single string for a single input; an
+            empty list for an empty list).
+
+        Raises:
+            TypeError: `texts` is neither a string, bytes nor an iterable of
+                them.
+        """
+        single = isinstance(texts, (str, bytes))
+        if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
+            raise TypeError(
+                f"texts must be a string, bytes or a list of them, got {type(texts).__name__}."
+            )
+        texts = [texts] if single else list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, (str, bytes)):
+                raise TypeError(
+                    f"texts must be a string, bytes or a list of them, but texts[{i}] is "
+                    f"{type(text).__name__} ({text!r:.40})."
+                )
+        texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
+        texts = _without_lone_surrogates(texts)
+        outputs = [""] * len(texts)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        if progress is not None and len(todo) < len(texts):
+            progress(len(texts) - len(todo))
+        if todo:
+            ids = dict(zip(todo, self._token_ids([texts[i] for i in todo])))
+            # Similar lengths together: less padding, and batches that finish together.
+            todo.sort(key=lambda i: len(ids[i]))
+            # Several batches: each as many rows as the first, one shape fewer to compile.
+            rows = self.batch_size if len(todo) > self.batch_size else None
+            for start in range(0, len(todo), self.batch_size):
+                batch = todo[start : start + self.batch_size]
+                generated = self._decode(self._padded_batch([ids[i] for i in batch], rows))[: len(batch)]
+                for i, text in zip(batch, self._detokenize(generated)):
+                    outputs[i] = text
+                if progress is not None:
+                    progress(len(batch))
+        return outputs[0] if single else outputs
+
+    def _decode(self, source):
+        raise NotImplementedError(f"{type(self).__name__} must define _decode(source) -> generated ids.")
+
+
+def _without_lone_surrogates(texts):
+    """`texts` with each lone surrogate (U+D800..U+DFFF) replaced by U+FFFD, and a warning if any was.
+
+    `sentencepiece` refuses such strings with a TypeError; Python makes them
+    of bytes that are not UTF-8 on a command line (`surrogateescape`).
+    """
+    replaced = 0
+    cleaned = []
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # only surrogates fail to encode
+            text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
+            replaced += 1
+        cleaned.append(text)
+    if replaced:
+        warnings.warn(f"{replaced} of {len(texts)} inputs held bytes that are not UTF-8 (lone surrogates); "
+                      "they were replaced by U+FFFD.", UserWarning, stacklevel=3)
+    return cleaned
+
+
+def next_bucket(size, smallest):
+    """`smallest`, or the first power-of-two multiple of it that holds `size`.
+
+    Example:
+
+    >>> [next_bucket(size, 32) for size in (1, 32, 33, 65)]
+    [32, 32, 64, 128]
+    """
+    bucket = smallest
+    while bucket < size:
+        bucket *= 2
+    return bucket
+
+
+def resolve_batch_size(batch_size, compiled, has_accelerator):
+    """`batch_size` as an int: `"auto"` becomes the size measured fastest for the loop and device.
+
+    Args:
+        batch_size: `"auto"` or an int >= 1.
+        compiled: whether the decoding loop is compiled (XLA).
+        has_accelerator: callable returning whether a GPU or TPU runs it
+            (asked only for `"auto"` with a compiled loop).
+
+    Raises:
+        ValueError: neither `"auto"` nor an int >= 1.
+
+    Example:
+
+    >>> resolve_batch_size("auto", True, lambda: False), resolve_batch_size(32, True, None)
+    (8, 32)
+    """
+    if batch_size == "auto":
+        if not compiled:
+            return BATCH_SIZE
+        return BATCH_SIZE if has_accelerator() else COMPILED_CPU_BATCH_SIZE
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f'batch_size must be "auto" or an int >= 1, got batch_size={batch_size!r}.')
+    return int(batch_size)
