@@ -22,6 +22,7 @@ from keras_transformer_runtime.compiled_translator import WEIGHTS_FILE
 from keras_transformer_runtime.compiled_translator import program_file
 from keras_transformer_runtime.compiled_translator import settings_bytes
 from keras_transformer_runtime.compiled_translator import weights_bytes
+from keras_transformer_runtime.timings import phase
 
 
 def export_decoding_program(translator):
@@ -87,11 +88,14 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
         RuntimeError: Keras does not run on JAX.
     """
-    translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
-                                           no_repeat_ngram_size=no_repeat_ngram_size)
-    program = export_decoding_program(translator)
-    variables = translator.decoder.model.variables
-    cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
-    cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
-    name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens)
-    cache.write(entry / name, bytes(program.serialize()))
+    with phase("load"):
+        translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
+                                               no_repeat_ngram_size=no_repeat_ngram_size)
+    with phase("compile"):
+        program = export_decoding_program(translator)
+    with phase("write"):
+        variables = translator.decoder.model.variables
+        cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
+        cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
+        name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens)
+        cache.write(entry / name, bytes(program.serialize()))

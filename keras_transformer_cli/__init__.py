@@ -390,6 +390,9 @@ def main(argv=None):
         0; 1 when `translate` skipped a line it could not read; user errors
         exit with status 2, Ctrl-C with 130.
     """
+    from keras_transformer_runtime import timings
+
+    timings.begin()
     parser = build_parser()
     args = parser.parse_args(argv)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
@@ -422,4 +425,6 @@ def main(argv=None):
             parser.exit(2, f"{PROG}: error: {error}\n")
         finally:
             warnings.formatwarning = format_warning
+    if verbose or timings.wanted():
+        print(f"{PROG}: {timings.summary()}", file=sys.stderr)
     return status or 0

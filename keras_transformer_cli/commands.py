@@ -38,10 +38,12 @@ def _translator(args):
         return _compiled_translator(args)
     from keras_transformer.errors import UserInputError
     from keras_transformer.translator import Translator
+    from keras_transformer_runtime.timings import phase
 
     try:
-        return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
-                                         batch_size=args.batch_size, quantize=args.quantize)
+        with phase("load"):
+            return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
+                                             batch_size=args.batch_size, quantize=args.quantize)
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 
@@ -80,6 +82,7 @@ def translate(args, out):
     from keras_transformer_cli.input_lines import arriving_batches
     from keras_transformer_cli.input_lines import decode_argument
     from keras_transformer_cli.input_lines import decode_line
+    from keras_transformer_runtime.timings import phase
 
     translator = _translator(args)
     if args.text:
@@ -100,7 +103,8 @@ def translate(args, out):
                 skipped += 1
             replaced += was_replaced
             texts.append(text)
-        translations = iter(translator([text for text in texts if text is not None]))
+        with phase("work"):
+            translations = iter(translator([text for text in texts if text is not None]))
         for text in texts:
             print("" if text is None else next(translations), file=out)
         out.flush()
@@ -119,18 +123,22 @@ def evaluate(args, out):
     from keras_transformer.data.parallel_corpus import ParallelCorpus
     from keras_transformer.evaluation import evaluate_pairs
     from keras_transformer.train_config import CORPUS_FIELDS
+    from keras_transformer_runtime.timings import phase
 
     # The run's own corpus and splits, unless a flag says otherwise.
     config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
     run_config = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
     settings = {key: run_config.get(key) for key in CORPUS_FIELDS}
     settings.update({key: getattr(args, key) for key in CORPUS_FIELDS if getattr(args, key, None) is not None})
-    corpus = ParallelCorpus.from_config(settings)
-    if run_config.get("stream"):
-        pairs = _split_pairs(corpus, args.split, args.limit)
-    else:
-        pairs = corpus.read().require(args.split)[: args.limit]
-    result = evaluate_pairs(_translator(args), pairs)
+    with phase("load"):
+        corpus = ParallelCorpus.from_config(settings)
+        if run_config.get("stream"):
+            pairs = _split_pairs(corpus, args.split, args.limit)
+        else:
+            pairs = corpus.read().require(args.split)[: args.limit]
+    translator = _translator(args)
+    with phase("work"):
+        result = evaluate_pairs(translator, pairs)
     print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}{'loops':>8}", file=out)
     print(f"{args.split:<10}{args.beam:>6}{result['sentences']:>11}{result['bleu']:>8.2f}{result['chrf']:>8.2f}"
           f"{result['loop_rate']:>8.1%}", file=out)
@@ -138,7 +146,7 @@ def evaluate(args, out):
     quantized = f"-{args.quantize}" if args.quantize else ""
     path = os.path.join(args.model,
                         f"evaluation-{args.split}-beam{args.beam}-norepeat{args.no_repeat_ngram}{quantized}.json")
-    with open(path, "w") as f:
+    with phase("write"), open(path, "w") as f:
         json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
                   f, indent=2, ensure_ascii=False)
     print(f"written to {path}", file=out)

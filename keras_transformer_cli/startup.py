@@ -59,7 +59,9 @@ def start_keras(args, verbose):
     starts their devices, quietly unless verbose. `train` first joins the
     job of several processes that `KERAS_DISTRIBUTION_*` may describe:
     JAX refuses once a device has started."""
-    with quiet_native_logging(verbose):
+    from keras_transformer_runtime.timings import phase
+
+    with quiet_native_logging(verbose), phase("import"):
         import keras
 
         import keras_transformer  # noqa: F401

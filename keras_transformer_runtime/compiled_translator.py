@@ -27,6 +27,7 @@ from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
+from keras_transformer_runtime.timings import phase
 
 WEIGHTS_FILE = "weights.npz"
 SETTINGS_FILE = "settings.json"
@@ -104,9 +105,14 @@ class CompiledTranslator(TextTranslator):
         self.max_length = int(max_length)
         self.bucketed = True
         self.batch_size = resolve_batch_size(batch_size, True, lambda: jax.default_backend() != "cpu")
+        self._compiled = {}
 
     def _decode(self, source):
-        generated, steps = self._run(self._weights, source)
+        compiled = self._compiled.get(source.shape)
+        if compiled is None:  # once per batch shape: XLA, or its code from the cache
+            with phase("compile"):
+                compiled = self._compiled[source.shape] = self._run.lower(self._weights, source).compile()
+        generated, steps = compiled(self._weights, source)
         return np.asarray(generated)[:, : int(steps)]
 
 
@@ -144,23 +150,28 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
 
     log = log or (lambda line: None)
     _require_run_files(run_directory)
-    use_compilation_cache(cache)
-    entry = cache.entry(entry_key(run_directory, MODEL_FILE, VOCABULARY_FILE, engine_description()))
-    loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
+    with phase("import"):
+        use_compilation_cache(cache)
+        engine = engine_description()
+    with phase("load"):
+        entry = cache.entry(entry_key(run_directory, MODEL_FILE, VOCABULARY_FILE, engine))
+        loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
     if loaded is None:
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
         write(run_directory, entry, cache, beam_width=beam_width, length_penalty=length_penalty,
               no_repeat_ngram_size=no_repeat_ngram_size)
-        loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
+        with phase("load"):
+            loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
         log(f"translation program: from the cache, {entry}")
     program, weights, settings = loaded
-    tokenizer = SentencePieceTokenizer(os.path.join(run_directory, VOCABULARY_FILE))
-    return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size)
+    with phase("load"):
+        tokenizer = SentencePieceTokenizer(os.path.join(run_directory, VOCABULARY_FILE))
+        return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size)
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size):
