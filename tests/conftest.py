@@ -11,6 +11,7 @@ KERAS_TRANSFORMER_TEST_BACKEND (the lower-bound CI job names tensorflow).
 
 import os
 import pathlib
+import tempfile
 
 # The suite compiles hundreds of small XLA programs (JAX, and TensorFlow's
 # jit_compile) once each; on a CPU the LLVM optimization passes cost more
@@ -19,6 +20,10 @@ import pathlib
 _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
+
+# The translation program cache (keras_transformer_runtime.program_cache) of
+# this test session, not the user's: subprocesses inherit it too.
+os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="keras-transformer-test-cache-")
 
 import keras  # noqa: E402 (after the XLA flags)
 import numpy as np

@@ -1,0 +1,246 @@
+"""`keras-transformer translate` as a user meets it: the program cache, bad lines, lines as they arrive.
+
+The compiled engine runs whatever KERAS_BACKEND says (it writes its program
+with Keras on JAX), so these run under one backend (`backend_independent`).
+"""
+
+import io
+import os
+import select
+import subprocess
+import sys
+import time
+import types
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from keras_transformer_cli import commands
+from keras_transformer_cli.input_lines import BadLine
+from keras_transformer_cli.input_lines import decode_line
+from keras_transformer_runtime import program_cache
+from keras_transformer_runtime.program_cache import ProgramCache
+from keras_transformer_runtime.program_cache import entry_key
+from keras_transformer_runtime.run_files import MODEL_FILE
+from keras_transformer_runtime.run_files import VOCABULARY_FILE
+from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.text_translator import TextTranslator
+
+pytestmark = pytest.mark.backend_independent
+
+jax = pytest.importorskip("jax")
+SENTENCES = ["Y dijo Dios: Sea la luz.", "En el principio creó Dios los cielos y la tierra."]
+TIMEOUT = 300
+
+
+def _command(*args):
+    return [sys.executable, "-m", "keras_transformer_cli", *args]
+
+
+def _run(args, cache, stdin=None, extra_env=None):
+    env = {**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache), **(extra_env or {})}
+    return subprocess.run(args, input=stdin, capture_output=True, timeout=TIMEOUT, env=env)
+
+
+def _files(folder):
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+@pytest.fixture(scope="module")
+def warm_cache(trained_run, tmp_path_factory):
+    """A cache folder holding the trained run's beam-4 program: one `translate` has run."""
+    cache = tmp_path_factory.mktemp("cache")
+    first = _run(_command("translate", "--model", str(trained_run), *SENTENCES), cache)
+    assert first.returncode == 0, first.stderr.decode()[-3000:]
+    assert b"compiling the model's decoding program" in first.stderr
+    return cache, first.stdout.decode().splitlines()
+
+
+def test_a_second_process_translates_from_the_cache_without_importing_keras_or_compiling(trained_run, warm_cache):
+    cache, first_translations = warm_cache
+    before = _files(cache)
+    script = ("import sys\nfrom keras_transformer_cli import main\ncode = main(sys.argv[1:])\n"
+              "print('keras imported:', 'keras' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
+    second = _run([sys.executable, "-c", script, "--verbose", "translate", "--model", str(trained_run), *SENTENCES],
+                  cache)
+    stderr = second.stderr.decode()
+    assert second.returncode == 0, stderr[-3000:]
+    assert second.stdout.decode().splitlines() == first_translations
+    assert "translation program: from the cache" in stderr
+    assert "keras imported: False" in stderr
+    assert _files(cache) == before  # no program written, no XLA code compiled anew
+    assert "time: start" in stderr and " compile " in stderr
+
+
+def test_the_compiled_engine_translates_as_the_keras_model_does(trained_run, warm_cache):
+    cache, compiled = warm_cache
+    keras_engine = _run(_command("translate", "--engine", "keras", "--model", str(trained_run), *SENTENCES), cache,
+                        extra_env={"KERAS_BACKEND": "jax"})
+    assert keras_engine.returncode == 0, keras_engine.stderr.decode()[-3000:]
+    assert keras_engine.stdout.decode().splitlines() == compiled
+
+
+def test_a_changed_model_is_never_served_a_stale_program(trained_run, warm_cache, tmp_path):
+    cache, _ = warm_cache
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / VOCABULARY_FILE).write_bytes((trained_run / VOCABULARY_FILE).read_bytes())
+    script = ("import sys, keras, numpy as np\nfrom keras_transformer import run_folder\n"
+              "model = run_folder.load_model(sys.argv[1], compile=False)\n"
+              "for v in model.trainable_variables:\n    v.assign(v.numpy() * 0.5 + 0.01)\nmodel.save(sys.argv[2])\n")
+    changed = _run([sys.executable, "-c", script, str(trained_run / MODEL_FILE), str(run / MODEL_FILE)], cache,
+                   extra_env={"KERAS_BACKEND": "jax"})
+    assert changed.returncode == 0, changed.stderr.decode()[-3000:]
+    entries = set(os.listdir(cache / "keras-transformer" / "programs"))
+    result = _run(_command("translate", "--model", str(run), *SENTENCES), cache)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert b"compiling the model's decoding program" in result.stderr
+    assert len(set(os.listdir(cache / "keras-transformer" / "programs")) - entries) == 1
+
+
+def test_an_entry_key_changes_with_the_model_the_vocabulary_the_package_source_and_the_engine(
+        trained_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in (MODEL_FILE, VOCABULARY_FILE):
+        (run / name).write_bytes((trained_run / name).read_bytes())
+
+    def key(engine="jax 0.10.2 cpu"):
+        return entry_key(run, MODEL_FILE, VOCABULARY_FILE, engine)
+
+    original = key()
+    assert key() == original
+    assert key("jax 0.10.3 cpu") != original
+    (run / VOCABULARY_FILE).write_bytes((trained_run / VOCABULARY_FILE).read_bytes() + b"\0")
+    assert key() != original
+    (run / VOCABULARY_FILE).write_bytes((trained_run / VOCABULARY_FILE).read_bytes())
+    (run / MODEL_FILE).write_bytes((trained_run / MODEL_FILE).read_bytes() + b"\0")
+    assert key() != original
+    (run / MODEL_FILE).write_bytes((trained_run / MODEL_FILE).read_bytes())
+    monkeypatch.setattr(program_cache, "source_fingerprint", lambda: "an upgraded package")
+    assert key() != original
+
+
+def test_the_cache_keeps_to_its_size_by_dropping_the_least_recently_used(tmp_path):
+    cache = ProgramCache(tmp_path, limit_bytes=250)
+    paths = [cache.write(tmp_path / f"{name}.bin", b"x" * 100) for name in "ab"]
+    os.utime(paths[0], (time.time() - 100, time.time() - 100))
+    os.utime(paths[1], (time.time() - 200, time.time() - 200))
+    cache.touch(paths[1])  # used just now: kept
+    cache.write(tmp_path / "c.bin", b"x" * 100)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["b.bin", "c.bin"]
+    assert cache.size_bytes() <= 250
+
+
+def test_the_cache_can_be_turned_off(trained_run, tmp_path):
+    off = _run(_command("translate", "--model", str(trained_run), SENTENCES[0]), tmp_path,
+               extra_env={"KERAS_TRANSFORMER_CACHE": "0", "KERAS_BACKEND": "torch"})
+    assert off.returncode == 0, off.stderr.decode()[-3000:]
+    assert not (tmp_path / "keras-transformer").exists()
+    refused = _run(_command("translate", "--engine", "compiled", "--model", str(trained_run), SENTENCES[0]),
+                   tmp_path, extra_env={"KERAS_TRANSFORMER_CACHE": "0"})
+    assert refused.returncode == 2 and b"KERAS_TRANSFORMER_CACHE=0" in refused.stderr
+
+
+def test_bad_lines_are_reported_and_skipped_and_every_good_line_is_translated_in_order(trained_run, warm_cache):
+    cache, _ = warm_cache
+    good = _run(_command("translate", "--model", str(trained_run), "Y dijo Dios", "Sea la luz"), cache)
+    stdin = b"Y dijo Dios\n\xff\xfe x\nSea la luz\nnul\0here\n" + b"luz " * 25_000 + b"\n\x01\x1b[31m\n"
+    result = _run(_command("translate", "--model", str(trained_run)), cache, stdin=stdin)
+    stderr = result.stderr.decode()
+    lines = result.stdout.decode().split("\n")[:-1]
+    assert result.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert len(lines) == 6
+    assert [lines[0], lines[2]] == good.stdout.decode().splitlines()
+    assert lines[1] == "" and lines[3] == ""
+    assert "line 2: not UTF-8 at byte 1 (0xff); skipped" in stderr
+    assert "line 4: a NUL byte at byte 4; skipped" in stderr
+    assert "longer than max_length" in stderr  # line 5, 100,000 characters: truncated, translated
+
+    replaced = _run(_command("translate", "--invalid-input", "replace", "--model", str(trained_run)), cache,
+                    stdin=b"Y dijo Dios\n\xff\xfe x\n")
+    assert replaced.returncode == 0 and len(replaced.stdout.decode().splitlines()) == 2
+    assert b"1 lines held bytes that are not UTF-8" in replaced.stderr
+
+
+def test_each_line_is_answered_as_it_arrives(trained_run, warm_cache):
+    cache, _ = warm_cache
+    env = {**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache)}
+    process = subprocess.Popen(_command("translate", "--model", str(trained_run)), stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        answers = []
+        for sentence in SENTENCES:
+            process.stdin.write(sentence.encode() + b"\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, "no answer while the input stayed open"
+            answers.append(process.stdout.readline().decode().rstrip("\n"))
+        process.stdin.close()
+        assert process.wait(timeout=TIMEOUT) == 0
+        assert all(answers) and len(answers) == 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=TIMEOUT)
+        for stream in (process.stdout, process.stderr):
+            stream.close()
+
+
+class _FirstTokenEngine(TextTranslator):
+    """The text front end on the real tokenizer, with an engine that answers a sentence's first token."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.max_length, self.batch_size, self.bucketed = tokenizer, 24, 8, True
+
+    def _decode(self, source):
+        return np.concatenate([source[:, :1], np.full((len(source), 1), END_ID)], axis=1)
+
+
+@pytest.fixture(scope="module")
+def front_end(trained_run):
+    return _FirstTokenEngine(SentencePieceTokenizer(str(trained_run / VOCABULARY_FILE)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=400), invalid=st.sampled_from(["skip", "replace"]))
+def test_any_bytes_on_stdin_give_one_output_line_per_input_line_and_no_traceback(raw, invalid, front_end,
+                                                                                monkeypatch):
+    monkeypatch.setattr(commands, "_translator", lambda args: front_end)
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(raw)))
+    out = io.StringIO()
+    args = types.SimpleNamespace(text=[], invalid_input=invalid)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        status = commands.translate(args, out)
+    lines = raw.split(b"\n")
+    if not lines[-1]:
+        lines.pop()
+    assert out.getvalue().count("\n") == len(lines)
+    assert status == (0 if invalid == "replace" else int(any(map(_is_bad, lines))))
+
+
+def _is_bad(line):
+    try:
+        decode_line(line.removesuffix(b"\r"), 1)
+        return False
+    except BadLine:
+        return True
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.one_of(st.text(), st.text(alphabet=st.characters(min_codepoint=0xD800,
+                                                                           max_codepoint=0xDFFF)),
+                                st.binary().map(lambda b: b.decode("utf-8", "surrogateescape"))), max_size=12))
+def test_the_front_end_and_tokenizer_take_any_text_with_one_translation_each(texts, front_end):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown characters, lone surrogates: warned, not raised
+        outputs = front_end(texts)
+    assert len(outputs) == len(texts) and all(isinstance(text, str) for text in outputs)
