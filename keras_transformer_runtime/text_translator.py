@@ -60,7 +60,7 @@ class TextTranslator:
     ids padded with 0 in, int `(rows, steps)` generated ids out, each row
     ending with `END_ID` or running to the end.
 
-    Example (an engine that answers every sentence with its own first token):
+    Example (an engine that answers every sentence with its own tokens):
 
     >>> from keras_transformer_runtime.sentence_piece_tokenizer import (
     ...     SentencePieceTokenizer, train_tokenizer)
@@ -69,11 +69,11 @@ class TextTranslator:
     ...         self.tokenizer, self.max_length = tokenizer, 16
     ...         self.batch_size, self.bucketed = 8, False
     ...     def _decode(self, source):
-    ...         return np.concatenate([source[:, :1], np.full((len(source), 1), END_ID)], axis=1)
+    ...         return source  # padding (id 0) detokenizes to nothing
     >>> tokenizer = SentencePieceTokenizer(train_tokenizer(
     ...     ["Sea la luz.", "Let there be light."], vocabulary_size=20))
-    >>> Echo(tokenizer)(["Sea la luz.", ""])
-    ['Sea', '']
+    >>> Echo(tokenizer)(["Sea  la luz.", "", "light"])
+    ['Sea la luz.', '', 'light']
     """
 
     _character_is_known = None

@@ -7,12 +7,15 @@ import pkgutil
 import pytest
 
 import keras_transformer
+import keras_transformer_cli
+import keras_transformer_runtime
 
 MODULES = sorted(
     info.name
-    for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer.")
-    if not info.name.startswith("keras_transformer.data.build_")
-) + ["keras_transformer_cli"]
+    for package in (keras_transformer, keras_transformer_runtime, keras_transformer_cli)
+    for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
+    if not info.name.startswith("keras_transformer.data.build_") and info.name != "keras_transformer_cli.__main__"
+) + ["keras_transformer_cli", "keras_transformer_runtime"]
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -100,7 +100,7 @@ class CorpusSplits:
     >>> splits.require("dev")
     Traceback (most recent call last):
     ...
-    keras_transformer.errors.UserInputError: the corpus has no dev pairs (1 pair in all); raise --dev-fraction, or pass --dev with dev pairs.
+    keras_transformer_runtime.errors.UserInputError: the corpus has no dev pairs (1 pair in all); raise --dev-fraction, or pass --dev with dev pairs.
     """
 
     pairs: dict
