@@ -162,22 +162,20 @@ class RunClock(keras.callbacks.Callback):
         self._last = time.time()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._steps = []
+        self._step_starts = []
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._step_start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self._steps.append(time.time() - self._step_start)
+        # A batch's begin, not its end: Keras runs batch ends on a worker thread
+        # when every callback allows it, and this callback must not forbid it.
+        self._step_starts.append(time.time())
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()
         epoch_seconds, self._last = now - self._last, now
         if len(self.estimates) >= 2:
             return
-        steps = getattr(self, "_steps", [])
-        compiled_steps = statistics.median(steps) * len(steps) if steps else 0.0
-        compiling = max(0.0, sum(steps) - compiled_steps)
+        steps = [end - start for start, end in zip(self._step_starts, self._step_starts[1:])]
+        compiling = max(0.0, sum(steps) - statistics.median(steps) * len(steps)) if steps else 0.0
         left = self.epochs - (epoch + 1)
         total = now - self.run_start + left * (epoch_seconds - compiling)
         self.estimates.append((epoch + 1, total))
