@@ -89,10 +89,14 @@ def phases_of(stderr):
     return {name: float(value) for name, value, _ in pairs}
 
 
-def run_command(argv, env, timeout=900):
-    """Runs one command as a fresh process: `(wall_seconds, phases, stdout, returncode)`."""
+def run_command(argv, env, timeout=900, cwd=None):
+    """Runs one command as a fresh process: `(wall_seconds, phases, stdout, returncode)`.
+
+    `cwd`: where it runs; `python -m` puts that folder first on the path,
+    before PYTHONPATH, so an older checkout runs from its own folder.
+    """
     start = time.perf_counter()
-    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     wall = time.perf_counter() - start
     if result.returncode:
         print(result.stderr[-2000:], file=sys.stderr)
@@ -141,7 +145,7 @@ def translate_rows(args, cache):
                                      _env(backend, cache)))
             if args.before:
                 before.append(run_command(_cli("translate", "--model", args.model, SENTENCE),
-                                          _env(backend, pythonpath=args.before)))
+                                          _env(backend, pythonpath=args.before), cwd=args.before))
         rows.append(summarize(f"translate, --engine keras, {backend}", after))
         if before:
             rows.append(summarize(f"translate before (Keras), {backend}", before))
@@ -166,8 +170,8 @@ def evaluate_rows(args, cache):
                                for _ in range(args.evaluate_repeats)]))
         if args.before:
             rows.append(summarize(f"evaluate test before (Keras), {backend}",
-                                  [run_command(_cli(*command), _env(backend, pythonpath=args.before))
-                                   for _ in range(args.evaluate_repeats)]))
+                                  [run_command(_cli(*command), _env(backend, pythonpath=args.before),
+                                               cwd=args.before) for _ in range(args.evaluate_repeats)]))
     return rows
 
 
@@ -212,6 +216,8 @@ def write_table(rows, header, out):
 
 def main(argv=None):
     args = parse_args(argv)
+    args.model = os.path.abspath(args.model)
+    args.before = args.before and os.path.abspath(args.before)
     from keras_transformer.machine import describe_cpu
 
     os.makedirs(args.out, exist_ok=True)
