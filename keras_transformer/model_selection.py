@@ -82,14 +82,31 @@ class DevBleu(keras.callbacks.Callback):
         self.best_translations = None  # of the best weights scored in this process
         self._translator = None
 
-    def score(self, verbose=0):
-        """Dev BLEU of the model's weights now; a dict as `evaluate_pairs` returns."""
-        from keras_transformer.evaluation import evaluate_pairs
+    def _scorer(self):
         from keras_transformer.translator import Translator
 
         if self._translator is None:
             self._translator = Translator(self.model, self.tokenizer, beam_width=1, jit_compile=self.jit_compile)
-        return evaluate_pairs(self._translator, self.pairs, verbose=verbose)
+        return self._translator
+
+    def score(self, verbose=0):
+        """Dev BLEU of the model's weights now; a dict as `evaluate_pairs` returns."""
+        from keras_transformer.evaluation import evaluate_pairs
+
+        return evaluate_pairs(self._scorer(), self.pairs, verbose=verbose)
+
+    def on_train_begin(self, logs=None):
+        # Compiles the decoding program of each source width the scoring will
+        # meet, one sentence each, before the first epoch: then the first
+        # epoch's time, which `RunClock` projects onto the others, holds none of it.
+        translator = self._scorer()
+        if not self.jit_compile or not self.pairs:
+            return
+        widths = {}
+        for pair, ids in zip(self.pairs, translator._token_ids([pair.source for pair in self.pairs])):
+            widths.setdefault(translator._padded_batch([ids]).shape, pair.source)
+        for source in widths.values():
+            translator([source])
 
     def on_epoch_end(self, epoch, logs=None):
         result = self.score()

@@ -52,6 +52,7 @@ from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
+from keras_transformer_runtime.timings import phase
 
 
 class _NonFiniteLoss(Exception):
@@ -307,7 +308,8 @@ def train_translator(
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.
-    corpus_data = train_input.read_corpus(config)
+    with phase("load"):
+        corpus_data = train_input.read_corpus(config)
     start = None
     if config.start_from:  # the model and vocabulary to start from, checked before anything is written
         start = fine_tuning.read_starting_run(config.start_from, config.output)
@@ -356,13 +358,14 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
     vocabulary_path = os.path.join(output, run_folder.VOCABULARY_FILE)
-    if start is not None:
-        shutil.copyfile(start.vocabulary_path, vocabulary_path)
-    elif epochs_done == 0 or not os.path.exists(vocabulary_path):
-        train_input.learn_vocabulary(config, corpus_data, vocabulary_path)
-    data = train_input.train_data(
-        config, corpus_data, vocabulary_path, placement, epochs_done * config.steps_per_epoch, log
-    )
+    with phase("load"):
+        if start is not None:
+            shutil.copyfile(start.vocabulary_path, vocabulary_path)
+        elif epochs_done == 0 or not os.path.exists(vocabulary_path):
+            train_input.learn_vocabulary(config, corpus_data, vocabulary_path)
+        data = train_input.train_data(
+            config, corpus_data, vocabulary_path, placement, epochs_done * config.steps_per_epoch, log
+        )
     train_data, dev_data, dev_pairs = data.train, data.dev, corpus_data.splits["dev"]
 
     trainable = sum(int(math.prod(variable.shape)) for variable in model.trainable_weights)

@@ -18,7 +18,10 @@ def train(args, out):
     not_config = ("command", "overwrite", "handler", "verbose", "start_keras")
     options = {k: v for k, v in vars(args).items() if k not in not_config}
     options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
-    summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
+    from keras_transformer_runtime.timings import phase
+
+    with phase("work"):
+        summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
     print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}),
           file=out)
     print(
@@ -206,7 +209,10 @@ def export(args, out):
         return
     from keras_transformer.export import export_translator
 
-    export_translator(args.model, args.out, args.max_new_tokens, quantize=args.quantize)
+    from keras_transformer_runtime.timings import phase
+
+    with phase("work"):
+        export_translator(args.model, args.out, args.max_new_tokens, quantize=args.quantize)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
 
@@ -225,7 +231,10 @@ def _export_ctranslate2(args, out):
                              "--quantization int8 (or quantizes when it loads).")
     from keras_transformer.ctranslate2_model import export_ctranslate2
 
-    export_ctranslate2(args.model, args.out, quantization=args.quantization)
+    from keras_transformer_runtime.timings import phase
+
+    with phase("work"):
+        export_ctranslate2(args.model, args.out, quantization=args.quantization)
     print(f"CTranslate2 model written to {args.out} ({args.quantization or 'float32'} weights; translate with "
           "keras_transformer.ctranslate2_model.CTranslate2Translator, or ctranslate2.Translator)", file=out)
 

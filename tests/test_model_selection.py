@@ -147,3 +147,27 @@ def test_with_no_score_recorded_the_last_weights_are_kept_and_saved(tmp_path):
     kept = model_selection.keep_best(model, str(tmp_path), callback, log=lambda line: None)
     assert kept == {"kept": "last weights"}
     assert _kernel(keras.saving.load_model(str(tmp_path / run_folder.MODEL_FILE))) == [4.0, 4.0]
+
+
+def test_a_compiled_dev_scorer_compiles_every_batch_shape_of_its_scoring_before_the_first_epoch(
+        trained_run, tmp_path, monkeypatch):
+    from keras_transformer.data.corpus import TranslationPair
+    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    shapes = []
+    decode = Translator._decode
+    monkeypatch.setattr(Translator, "_decode", lambda self, source: shapes.append(source.shape) or decode(self, source))
+    import keras_transformer as kt
+
+    tokenizer = SentencePieceTokenizer(str(trained_run / run_folder.VOCABULARY_FILE))
+    size = tokenizer.vocabulary_size()
+    model = kt.models.transformer(size, size, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=80)
+    sources = ["luz", "Y dijo Dios: Sea la luz; y fue la luz. " * 3, "En el principio"] * 4
+    pairs = [TranslationPair(f"dev:{i}", "", "dev", source, "light", ("light",)) for i, source in enumerate(sources)]
+    callback = model_selection.DevBleu(pairs, tokenizer, str(tmp_path), 10, jit_compile=True, log=lambda line: None)
+    callback.set_model(model)
+    callback.on_train_begin()
+    before_training = set(shapes)
+    shapes.clear()
+    callback.score()
+    assert set(shapes) <= before_training and len(before_training) == 2
