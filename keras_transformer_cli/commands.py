@@ -38,7 +38,16 @@ def train(args, out):
 def _translator(args):
     """The translator of `--engine`: the cached compiled program, or the Keras model."""
     if getattr(args, "engine", "keras") == "compiled":
-        return _compiled_translator(args)
+        try:
+            return _compiled_translator(args)
+        except OSError as error:  # a cache folder that cannot be written: still translate
+            from keras_transformer_runtime.program_cache import cache_directory
+
+            print(f"keras-transformer: warning: the program cache {cache_directory()} cannot be used "
+                  f"({type(error).__name__}: {error}); translating with the Keras model instead "
+                  "(KERAS_TRANSFORMER_CACHE_DIR moves the cache, KERAS_TRANSFORMER_CACHE=0 turns it off).",
+                  file=sys.stderr, flush=True)
+            args.start_keras()
     from keras_transformer.errors import UserInputError
     from keras_transformer.translator import Translator
     from keras_transformer_runtime.timings import phase

@@ -244,3 +244,12 @@ def test_the_front_end_and_tokenizer_take_any_text_with_one_translation_each(tex
         warnings.simplefilter("ignore")  # unknown characters, lone surrogates: warned, not raised
         outputs = front_end(texts)
     assert len(outputs) == len(texts) and all(isinstance(text, str) for text in outputs)
+
+
+def test_a_cache_folder_that_cannot_be_written_falls_back_to_the_keras_model_with_a_warning(trained_run, tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    result = _run(_command("translate", "--model", str(trained_run), SENTENCES[0]), not_a_folder)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(result.stdout.decode().splitlines()) == 1
+    assert b"cannot be used" in result.stderr and b"Traceback" not in result.stderr
