@@ -62,9 +62,9 @@ After two virtual epochs the run logs how long it should take in all.
 The default preset is tiny: 2+2 layers, d_model 128, 4 heads,
 feed-forward 512, a 4,000-piece vocabulary, 1.95 M parameters. Its
 training fits the hardware:
-  on a CPU, 16 x 100 steps of about 4,096 tokens a side: 7 to 9 min on
-    a 2-core AMD EPYC with AVX-512, about 25 min on one without AVX-512;
-    test BLEU 29.33 (beam 4, 2 references).
+  on a CPU, 16 x 100 steps of about 4,096 tokens a side: 7 to 12 min on
+    a 2-core AMD EPYC with AVX-512 (7.7 min on a quiet day), about 25 min
+    on one without AVX-512; test BLEU 29.33 (beam 4, 2 references).
   on a GPU, 12 x 250 steps of about 8,192 tokens a side in bfloat16:
     1.9 min from the command to the saved model on one H200 (JAX);
     test BLEU 35.22, held-out 24.49 (beam 4, 2 references). base
