@@ -128,6 +128,38 @@ def read_starting_run(folder, output=None):
     return StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
 
 
+def resolved_config(config):
+    """`config.resolved()`, with the starting run's sizes and the fine-tuning defaults when it fine-tunes.
+
+    Reads the run `config.start_from` names (`read_starting_run`), checks
+    the flags against it (`fine_tuning_config`) and resolves the rest; a
+    config without `start_from` is simply resolved.
+
+    Args:
+        config: a `TrainConfig`.
+
+    Returns:
+        The resolved `TrainConfig`.
+
+    Raises:
+        UserInputError: as `read_starting_run`, `fine_tuning_config` and
+            `TrainConfig.resolved`.
+
+    Example:
+
+    >>> from keras_transformer.train_config import TrainConfig
+    >>> resolved_config(TrainConfig(preset="tiny")).d_model
+    128
+    """
+    from keras_transformer.train_config import fine_tuned_output
+
+    if config.start_from is None:
+        return config.resolved()
+    output = config.output or fine_tuned_output(config.start_from)
+    start = read_starting_run(config.start_from, output)
+    return fine_tuning_config(dataclasses.replace(config, output=output), start).resolved()
+
+
 def fine_tuning_config(config, start):
     """`config` with the starting run's sizes and the fine-tuning defaults filled in.
 

@@ -320,20 +320,25 @@ class TrainConfig:
     def resolved(self):
         """A copy with the preset, the hardware defaults and the output folder filled in.
 
-        With `start_from`, the starting run's sizes and the fine-tuning
-        defaults come first (`fine_tuning.fine_tuning_config`), and the
-        output folder defaults to the starting folder's name plus
-        `-fine-tuned`.
+        A fine-tuning config (`start_from`) must already hold the starting
+        run's sizes and the fine-tuning defaults: the code that reads the
+        starting run puts them in (`fine_tuning.resolved_config`), so a
+        run's configuration never reads another run itself. Its output
+        folder defaults to `fine_tuned_output(start_from)`.
+
+        Raises:
+            UserInputError: a setting is out of range or contradicts another.
+            ValueError: `start_from` is set but the starting run's sizes
+                are not (call `fine_tuning.resolved_config` instead).
         """
         corpus = self.parallel_corpus()
         corpus.check()
-        output = self.output or (os.path.normpath(self.start_from) + "-fine-tuned" if self.start_from
-                                 else _default_output(corpus))
+        output = self.output or (fine_tuned_output(self.start_from) if self.start_from else _default_output(corpus))
         config = dataclasses.replace(self, output=output)
         if self.start_from is not None:
-            from keras_transformer import fine_tuning
-
-            config = fine_tuning.fine_tuning_config(config, fine_tuning.read_starting_run(self.start_from, output))
+            if any(getattr(config, key) is None for key in ("num_layers", "d_model", "vocabulary_size")):
+                raise ValueError("A fine-tuning TrainConfig takes its sizes from the starting run: resolve it with "
+                                 "keras_transformer.fine_tuning.resolved_config(config).")
         elif self.lora_rank is not None:
             raise UserInputError("--lora adapts a trained model: give the run to start from with --from.")
         preset = config.preset or DEFAULT_PRESET
@@ -436,6 +441,17 @@ class TrainConfig:
     def total_steps(self):
         """Optimizer steps of the whole run."""
         return self.epochs * self.steps_per_epoch
+
+
+def fine_tuned_output(start_from):
+    """The default `--output` of a run fine-tuned from `start_from`: its folder's name plus `-fine-tuned`.
+
+    Example:
+
+    >>> fine_tuned_output("runs/es-en/")
+    'runs/es-en-fine-tuned'
+    """
+    return os.path.normpath(start_from) + "-fine-tuned"
 
 
 def _default_output(corpus):

@@ -304,7 +304,7 @@ def train_translator(
     process_id, num_processes = distribute.join_processes()  # before anything touches JAX (resolved() does)
     if sample_sentences is not None:
         config = dataclasses.replace(config, dev_bleu_sentences=sample_sentences)
-    config = config.resolved()
+    config = fine_tuning.resolved_config(config)
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.

@@ -22,6 +22,7 @@ from conftest import FIXTURE_CORPUS
 from keras_transformer import run_folder
 from keras_transformer.data.bible_tsv import write_bible_tsv
 from keras_transformer.errors import UserInputError
+from keras_transformer.fine_tuning import resolved_config
 from keras_transformer.train_config import TrainConfig
 from keras_transformer.trainer import train_translator
 
@@ -77,8 +78,8 @@ def test_a_fine_tuning_run_starts_from_the_trained_weights_and_vocabulary(traine
 def test_fine_tuning_changes_the_weights_and_takes_the_fine_tuning_defaults(trained_run, kjv, tmp_path):
     from keras_transformer.fine_tuning import FINE_TUNING_DEFAULTS
 
-    config = _fine_tuning(trained_run, kjv, tmp_path / "ft", epochs=None, steps_per_epoch=None,
-                          warmup_steps=None).resolved()
+    config = resolved_config(_fine_tuning(trained_run, kjv, tmp_path / "ft", epochs=None, steps_per_epoch=None,
+                                          warmup_steps=None))
     assert {key: getattr(config, key) for key in FINE_TUNING_DEFAULTS} == FINE_TUNING_DEFAULTS
     train_translator(_fine_tuning(trained_run, kjv, tmp_path / "ft2"), **_QUIET)
     before, after = _weights(trained_run / "model.keras"), _weights(tmp_path / "ft2" / "model.keras")
@@ -119,11 +120,11 @@ def test_lora_targets_reach_every_projection_and_the_embeddings(trained_run, kjv
     assert any(path.endswith("token_embedding/embeddings") for path in changed), sorted(changed)
     assert all(path.endswith(("/kernel", "/embeddings")) for path in changed), sorted(changed)
     with pytest.raises(UserInputError, match="--lora-targets says what --lora adapts"):
-        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_targets=["query"]).resolved()
+        resolved_config(_fine_tuning(trained_run, kjv, tmp_path / "x", lora_targets=["query"]))
     with pytest.raises(UserInputError, match="--lora-targets must be some of"):
-        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["ffn"]).resolved()
+        resolved_config(_fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["ffn"]))
     with pytest.raises(UserInputError, match="at least one of them an attention projection"):
-        _fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["embeddings"]).resolved()
+        resolved_config(_fine_tuning(trained_run, kjv, tmp_path / "x", lora_rank=2, lora_targets=["embeddings"]))
 
 
 class _AdaptersAtStart(keras.callbacks.Callback):
@@ -246,3 +247,12 @@ def test_the_command_line_states_the_fine_tuning_defaults():
     assert (args.start_from, args.lora_rank, args.learning_rate) == ("runs/es-en", 8, 2e-3)
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["train", "--learning-rate", "0"])
+
+
+@pytest.mark.backend_independent
+def test_a_fine_tuning_config_is_resolved_by_the_code_that_reads_the_starting_run(trained_run, kjv, tmp_path):
+    config = _fine_tuning(trained_run, kjv, tmp_path / "ft")
+    with pytest.raises(ValueError, match="fine_tuning.resolved_config"):
+        config.resolved()  # the starting run's sizes are not in it yet
+    start = json.load(open(trained_run / "config.json"))
+    assert resolved_config(config).d_model == start["d_model"]
