@@ -395,7 +395,7 @@ def main(argv=None):
     timings.begin()
     parser = build_parser()
     args = parser.parse_args(argv)
-    verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
+    verbose = args.verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     args.start_keras = lambda: startup.start_keras(args, verbose)
     if hasattr(args, "engine"):
         args.engine = startup.translation_engine(args, parser)

@@ -77,8 +77,7 @@ def _compiled_translator(args):
         except (FileNotFoundError, ValueError) as error:
             raise UserInputError(str(error))
 
-    verbose = args.verbose or os.environ.get("KERAS_TRANSFORMER_VERBOSE", "") not in ("", "0")
-    log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if verbose else None
+    log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
     return load_compiled_translator(args.model, ProgramCache(), beam_width=args.beam,
                                     no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
                                     write=write, log=log)
