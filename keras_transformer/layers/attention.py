@@ -1,13 +1,16 @@
-"""Multi-head attention with per-projection initializers and a KV cache."""
+"""Multi-head attention with per-projection initializers and a KV cache.
+
+The layer's parts a reader would look for apart live beside it: its
+projections and their LoRA adapters (`attention_projections`), its KV cache
+(`attention_cache`), its Keras-compatibility surface
+(`attention_keras_compatibility`), its argument checks
+(`attention_arguments`) and the attention kernels (`attention_kernel`).
+"""
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.initializers import FAIRSEQ_QKV_GAIN
-from keras_transformer.initializers import FusedQKV
-from keras_transformer.initializers import with_seed_offset
-from keras_transformer.layers import legacy_weights
 from keras_transformer.layers import quantized_policies
 from keras_transformer.layers.attention_arguments import check_arguments
 from keras_transformer.layers.attention_arguments import check_attention_axes
@@ -18,6 +21,8 @@ from keras_transformer.layers.attention_arguments import logit_scale_value
 from keras_transformer.layers.attention_arguments import parse_output_shape
 from keras_transformer.layers.attention_arguments import resolve_alias
 from keras_transformer.layers.attention_arguments import serialize_qkv_initializer
+from keras_transformer.layers.attention_cache import AttentionCache
+from keras_transformer.layers.attention_keras_compatibility import KerasAttentionCompatibility
 from keras_transformer.layers.attention_kernel import attention_mask_as_rank4
 from keras_transformer.layers.attention_kernel import explicit_attention
 from keras_transformer.layers.attention_kernel import fused_attention
@@ -25,10 +30,13 @@ from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
 from keras_transformer.layers.attention_kernel import heads_first
 from keras_transformer.layers.attention_kernel import kernel_masks
 from keras_transformer.layers.attention_kernel import merge_attention_masks
+from keras_transformer.layers.attention_projections import AttentionProjections
+from keras_transformer.layers.sublayer_call import call_layer
 from keras_transformer.layers.sublayer_call import call_sublayer
 
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(AttentionProjections, AttentionCache, KerasAttentionCompatibility, keras.layers.Layer):
     """Multi-head scaled dot-product attention (section 3.2 of the paper).
 
     `softmax(Q K^T * logit_scale) V` over `num_heads` heads, with an output
@@ -271,81 +279,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self._qkv_dense = self._gate_dense = self._output_dense = None
 
     @property
-    def dropout(self):
-        """The attention-weight dropout rate, under Keras' name."""
-        return self.attention_dropout
-
-    @property
-    def flash_attention(self):
-        """None (the backend picks), True (flash kernels) or False (explicit softmax)."""
-        return self._flash_attention
-
-    @property
-    def sliding_window(self):
-        """None, or how far apart (exclusive) a query and a key it sees may be."""
-        return self._sliding_window
-
-    @property
     def scale(self):
         """The float multiplying the attention logits."""
         return logit_scale_value(self.logit_scale, self.key_dim)
-
-    @property
-    def query_dense(self):
-        """W_Q as a Keras `Dense`, kernel `(query_width, num_heads * key_dim)`; None if fused."""
-        return self._query_dense
-
-    @property
-    def key_dense(self):
-        """W_K as a Keras `Dense`, kernel `(key_width, num_heads * key_dim)`; None if fused."""
-        return self._key_dense
-
-    @property
-    def value_dense(self):
-        """W_V as a Keras `Dense`, kernel `(value_width, num_heads * value_dim)`; None if fused."""
-        return self._value_dense
-
-    @property
-    def qkv_dense(self):
-        """The fused W_Q, W_K, W_V: a `Dense` with kernel `(width, 3 * num_heads * key_dim)`, or None."""
-        return self._qkv_dense
-
-    @property
-    def output_dense(self):
-        """W_O as a Keras `Dense`, kernel `(num_heads * value_dim, output_width)`."""
-        return self._output_dense
-
-    @property
-    def projections(self):
-        """The projection sublayers by name: "query", "key", "value" (or "qkv"), "gate", "output"."""
-        named = (("query", self._query_dense), ("key", self._key_dense), ("value", self._value_dense),
-                 ("qkv", self._qkv_dense), ("gate", self._gate_dense), ("output", self._output_dense))
-        return {name: layer for name, layer in named if layer is not None}
-
-    def _fused_initializer(self):
-        if self.qkv_initializer is None or self.qkv_initializer == "fairseq":
-            return FusedQKV(
-                [self.query_initializer, self.key_initializer, self.value_initializer],
-                gain=FAIRSEQ_QKV_GAIN if self.qkv_initializer else 1.0,
-            )
-        return self.qkv_initializer
-
-    def _projection(self, name, units, initializer, seed_offset=None, activation=None):
-        if seed_offset is not None:
-            initializer = with_seed_offset(initializer, seed_offset)
-        return keras.layers.Dense(
-            units,
-            activation=activation,
-            use_bias=self.use_bias,
-            kernel_initializer=initializer,
-            bias_initializer=self.bias_initializer.__class__.from_config(self.bias_initializer.get_config()),
-            kernel_regularizer=self.kernel_regularizer,
-            bias_regularizer=self.bias_regularizer,
-            kernel_constraint=self.kernel_constraint,
-            bias_constraint=self.bias_constraint,
-            dtype=self.dtype_policy,
-            name=name,
-        )
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -379,122 +315,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self._output_dense.build(tuple(query_shape[:2]) + (heads * self.value_dim,))
         self.built = True
 
-    def _build_gate(self, query_shape):
-        if self.use_gate:
-            # Keras' gated attention: sigmoid(query W_G) scales each head's output.
-            self._gate_dense = self._projection(
-                "gate", self.num_heads * self.value_dim, self.query_initializer, 4, activation="sigmoid"
-            )
-            self._gate_dense.build(query_shape)
-
     def _output_width(self, query_width):
         if self._output_axes is not None:
             return int(np.prod(self._output_axes))
         return self.output_dim or query_width
-
-    def _heads(self, dense, inputs, head_dim, apply):
-        """`apply(dense, inputs)`, split into heads: `(batch, length, num_heads, head_dim)`."""
-        # The shape comes from the projection's input: tf2onnx gets the
-        # shape of a Dense output on a 3-D input wrong (its 2-D matmul).
-        return ops.reshape(apply(dense, inputs), tuple(ops.shape(inputs)[:-1]) + (self.num_heads, head_dim))
-
-    def _split_qkv(self, inputs, apply):
-        """The fused projection of `inputs`, as Q, K and V heads."""
-        qkv = apply(self._qkv_dense, inputs)
-        heads_shape = tuple(ops.shape(inputs)[:-1]) + (self.num_heads, self.key_dim)
-        # The kernel is laid out [Q | K | V]: split before the head reshape.
-        return [ops.reshape(part, heads_shape) for part in ops.split(qkv, 3, axis=-1)]
-
-    def _project_qkv(self, query, key, value, project_kv, apply=call_sublayer):
-        """Q, K and V heads (K and V None unless `project_kv`).
-
-        `apply(layer, x)` calls a projection: `call_sublayer` inside `call`
-        (already in this layer's autocast scope), `_through_call` outside it.
-        """
-        if not self.fused_qkv:
-            q = self._heads(self._query_dense, query, self.key_dim, apply)
-            if not project_kv:
-                return q, None, None
-            return (q, self._heads(self._key_dense, key, self.key_dim, apply),
-                    self._heads(self._value_dense, value, self.value_dim, apply))
-        # A fused kernel projects an input to all three at once; different
-        # inputs (cross-attention) each take the part they need.
-        q, k, v = self._split_qkv(query, apply)
-        if not project_kv:
-            return q, None, None
-        if key is not query:
-            _, k, v = self._split_qkv(key, apply)
-        if value is not key:
-            v = self._split_qkv(value, apply)[2]
-        return q, k, v
-
-    def key_value_cache(self, value, key=None):
-        """Projects keys and values once, as a read-only cache.
-
-        Cross-attention during decoding attends to the same encoder outputs
-        at every step; pass this cache (without `cache_index`) instead of
-        projecting them again each step.
-
-        Args:
-            value: `(batch, key_length, value_width)`.
-            key: `(batch, key_length, key_width)`; defaults to `value`.
-
-        Returns:
-            `(keys, values)`: `(batch, num_heads, key_length, key_dim)` and
-            `(batch, num_heads, key_length, value_dim)`.
-
-        Example:
-
-        >>> import numpy as np
-        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
-        >>> source = np.random.rand(1, 3, 8).astype("float32")
-        >>> query = np.random.rand(1, 1, 8).astype("float32")
-        >>> full = mha(query, source)
-        >>> cached, _ = mha(query, source, cache=mha.key_value_cache(source))
-        >>> to_numpy = keras.ops.convert_to_numpy
-        >>> bool(np.allclose(to_numpy(full), to_numpy(cached), atol=1e-6))
-        True
-        """
-        value = ops.convert_to_tensor(value)
-        key = value if key is None else ops.convert_to_tensor(key)
-        if self.fused_qkv:
-            _, keys, values = self._split_qkv(key, _through_call)
-            if value is not key:
-                values = self._split_qkv(value, _through_call)[2]
-        else:
-            keys = self._heads(self._key_dense, key, self.key_dim, _through_call)
-            values = self._heads(self._value_dense, value, self.value_dim, _through_call)
-        return heads_first(keys), heads_first(values)
-
-    def empty_cache(self, batch, max_length):
-        """A self-attention cache of zeros for `max_length` positions: `(keys, values)`.
-
-        Args:
-            batch: int (or scalar tensor), rows decoded together.
-            max_length: int, positions the cache holds.
-
-        Returns:
-            `(keys, values)`: zeros `(batch, num_heads, max_length, key_dim)`
-            and `(batch, num_heads, max_length, value_dim)`, in the
-            layer's compute dtype.
-
-        Example:
-
-        >>> import numpy as np
-        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
-        >>> x = np.random.rand(1, 3, 8).astype("float32")
-        >>> cache = mha.empty_cache(1, 3)
-        >>> for i in range(3):
-        ...     step, cache = mha(x[:, i:i + 1], x[:, i:i + 1], use_causal_mask=True,
-        ...                       cache=cache, cache_index=i)
-        >>> to_numpy = keras.ops.convert_to_numpy
-        >>> full = mha(x, x, use_causal_mask=True)
-        >>> bool(np.allclose(to_numpy(step)[:, 0], to_numpy(full)[:, 2], atol=1e-6))
-        True
-        """
-        keys = ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype=self.compute_dtype)
-        values = ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype=self.compute_dtype)
-        return keys, values
 
     def attention_logits(self, query, key=None):
         """The logits the softmax sees, `logit_scale * q . k` per head, unmasked.
@@ -521,103 +345,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         query = ops.convert_to_tensor(query)
         key = query if key is None else ops.convert_to_tensor(key)
-        q, k, _ = self._project_qkv(query, key, key, True, apply=_through_call)
+        q, k, _ = self._project_qkv(query, key, key, True, apply=call_layer)
         return ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * self.scale
-
-    def projection_weights(self):
-        """W_Q, W_K, W_V, W_O and their biases as NumPy matrices, as the layer computes with them.
-
-        The matrix layout every other toolkit uses (`x @ kernel + bias`):
-        Q, K and V kernels `(input_width, num_heads * head_dim)`, the output
-        kernel `(num_heads * value_dim, output_width)`; a fused kernel is
-        split into its three slices, and LoRA adapters are merged in. For
-        exporters (CTranslate2) and diagnostics.
-
-        Returns:
-            dict from "query", "key", "value", "output" (and "gate" with
-            `use_gate`) to `(kernel, bias)` float NumPy arrays, `bias` None
-            without biases.
-
-        Raises:
-            ValueError: the layer is quantized (its kernels are integers).
-
-        Example:
-
-        >>> import numpy as np
-        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
-        >>> _ = mha(np.zeros((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"))
-        >>> {name: kernel.shape for name, (kernel, _) in mha.projection_weights().items()}
-        {'query': (8, 8), 'key': (8, 8), 'value': (8, 8), 'output': (8, 8)}
-        """
-        weights = {}
-        for name, layer in self.projections.items():
-            if layer.quantization_mode is not None:
-                raise ValueError(
-                    f"MultiHeadAttention {self.name!r} is quantized ({layer.quantization_mode}): its "
-                    "kernels are integers. Read the weights before `quantize`, or from the float model."
-                )
-            kernel = ops.convert_to_numpy(layer.kernel).astype("float32")
-            bias = None if layer.bias is None else ops.convert_to_numpy(layer.bias).astype("float32")
-            weights[name] = (kernel, bias)
-        if self.fused_qkv:
-            kernel, bias = weights.pop("qkv")
-            kernels, biases = np.split(kernel, 3, axis=-1), (None,) * 3 if bias is None else np.split(bias, 3)
-            weights = {**dict(zip(("query", "key", "value"), zip(kernels, biases))), **weights}
-        return {name: weights[name] for name in ("query", "key", "value", "gate", "output") if name in weights}
-
-    def enable_lora(self, rank, lora_alpha=None, targets=("query", "value"), a_initializer="he_uniform",
-                    b_initializer="zeros"):
-        """Adds low-rank adapters (Keras' `Dense.enable_lora`) to some projections.
-
-        Each chosen projection's kernel W is frozen and `W + (lora_alpha /
-        rank) * A @ B` trains instead (the rest of the layer is left as it
-        is; `keras_transformer.lora.enable_lora` freezes a whole model) (LoRA, Hu et al. 2021, applies it to
-        W_Q and W_V, the default here as in KerasHub). With `fused_qkv`,
-        asking for any of "query", "key", "value" adapts the fused kernel.
-        A model saved with adapters stores the merged kernels, so it loads
-        and translates as a plain model.
-
-        Args:
-            rank: int, the adapters' rank.
-            lora_alpha: float, their scale numerator. Defaults to `rank`.
-            targets: names among "query", "key", "value", "output" and
-                "gate". Defaults to `("query", "value")`.
-            a_initializer, b_initializer: initializers of A and B (B starts
-                at zero, so the layer starts unchanged).
-
-        Returns:
-            The list of `Dense` layers given adapters.
-
-        Example:
-
-        >>> import numpy as np
-        >>> mha = MultiHeadAttention(num_heads=2, key_dim=4)
-        >>> _ = mha(np.zeros((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"))
-        >>> [layer.name for layer in mha.enable_lora(2)]
-        ['query', 'value']
-        >>> len(mha.trainable_weights)  # W_Q, W_V frozen: their adapters, W_K, W_O, 4 biases
-        10
-        """
-        if not self.built:
-            raise ValueError(f"MultiHeadAttention {self.name!r} must be built (called once) before enable_lora.")
-        targets = (targets,) if isinstance(targets, str) else tuple(targets)
-        known = ("query", "key", "value", "output", "gate")
-        unknown = [name for name in targets if name not in known]
-        if unknown or not targets:
-            raise ValueError(f"enable_lora targets must be some of {known}, got targets={targets!r}.")
-        projections = self.projections
-        if self.fused_qkv and {"query", "key", "value"} & set(targets):
-            targets = ("qkv",) + tuple(name for name in targets if name not in ("query", "key", "value"))
-        missing = [name for name in targets if name not in projections]
-        if missing:
-            raise ValueError(
-                f"MultiHeadAttention {self.name!r} has no {missing[0]!r} projection (use_gate={self.use_gate})."
-            )
-        layers = [projections[name] for name in targets]
-        for layer in layers:
-            layer.enable_lora(rank, lora_alpha=lora_alpha, a_initializer=a_initializer,
-                              b_initializer=b_initializer)
-        return layers
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
@@ -730,68 +459,6 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        """`(batch, query_length, output width)`; Keras' value/key check first.
-
-        Example:
-
-        >>> MultiHeadAttention(num_heads=2, key_dim=2, output_shape=5).compute_output_shape((7, 4, 8), (7, 2, 8))
-        (7, 4, 5)
-        """
-        key_shape = value_shape if key_shape is None else key_shape
-        check_build_shapes(f"MultiHeadAttention {self.name!r}", query_shape, value_shape, key_shape)
-        if self._output_axes is not None:
-            return tuple(query_shape[:-1]) + self._output_axes
-        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
-
-    def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
-                            attention_mask=None, use_causal_mask=False, return_attention_scores=False,
-                            training=None, cache=None, cache_index=None):
-        key_shape = None if key is None else key.shape
-        shape = self.compute_output_shape(query.shape, value.shape, key_shape)
-        results = (keras.KerasTensor(shape, dtype=self.compute_dtype),)
-        key_length = value.shape[1] if cache is None else cache[0].shape[2]
-        if return_attention_scores:
-            scores = (query.shape[0], self.num_heads, query.shape[1], key_length)
-            results += (keras.KerasTensor(scores, dtype="float32"),)
-        if cache is not None:
-            results += (tuple(keras.KerasTensor(part.shape, dtype=self.compute_dtype) for part in cache),)
-        return results[0] if len(results) == 1 else results
-
-    def compute_mask(self, inputs, previous_mask=None):
-        # Keras passes the query and its mask: the output keeps the query's.
-        return previous_mask
-
-    def set_weights(self, weights):
-        """Sets the weights; Keras' `MultiHeadAttention` layout is reshaped to this layer's.
-
-        Keras' layer keeps `(width, heads, head_dim)` kernels and
-        `(heads, head_dim)` biases, and `(heads, head_dim, width)` for the
-        output; this layer the same numbers as matrices. An array of the
-        right size in the other layout is reshaped, so
-        `ours.set_weights(keras_layer.get_weights())` works.
-
-        Args:
-            weights: a list of arrays, in `self.weights` order.
-        """
-        weights = [np.asarray(w) for w in weights]
-        if len(weights) == len(self.weights):
-            weights = [
-                np.reshape(w, v.shape) if w.shape != tuple(v.shape) and w.size == np.prod(v.shape) else w
-                for w, v in zip(weights, self.weights)
-            ]
-        super().set_weights(weights)
-
-    def load_own_variables(self, store):
-        # The layout written up to 1bfd57a: the projections as this layer's
-        # own weights (see `legacy_weights`). Now it has none of its own.
-        if len(store.keys()):
-            legacy_weights.assign_to_sublayers(
-                f"MultiHeadAttention {self.name!r}",
-                legacy_weights.stored_arrays(store),
-                [layer for name, layer in self.projections.items() if name != "gate"],
-            )
-
     def get_config(self):
         config = super().get_config()
         config["dtype"] = quantized_policies.config_dtype(self)
@@ -811,8 +478,3 @@ class MultiHeadAttention(keras.layers.Layer):
             "bias_constraint": keras.constraints.serialize(self.bias_constraint),
         })
         return config
-
-
-def _through_call(layer, inputs):
-    """`layer(inputs)`: Keras' whole `__call__`, for projections used outside this layer's `call`."""
-    return layer(inputs)

@@ -35,3 +35,27 @@ def call_sublayer(layer, *args, **kwargs):
     if layer.quantization_mode is None:
         return layer.call(*args, **kwargs)
     return layer(*args, **kwargs)
+
+
+def call_layer(layer, inputs):
+    """`layer(inputs)`: Keras' whole `__call__`, for a sublayer used outside its owner's `call`.
+
+    Outside the owner's `call` (a cache made before decoding, diagnostics)
+    there is no autocast scope to rely on, so `call_sublayer`'s shortcut
+    does not apply.
+
+    Args:
+        layer: a built Keras layer.
+        inputs: its input.
+
+    Returns:
+        `layer(inputs)`.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> dense = keras.layers.Dense(2, kernel_initializer="ones")
+    >>> keras.ops.convert_to_numpy(call_layer(dense, np.ones((1, 3), "float32"))).tolist()
+    [[3.0, 3.0]]
+    """
+    return layer(inputs)
