@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 import common
-from keras_transformer.layers.positional_embedding import sinusoidal_encoding
+from keras_transformer.layers.sinusoidal_encoding import sinusoidal_encoding
 
 
 def encoding(length, depth):

@@ -7,4 +7,4 @@ from keras_transformer.layers.encoder import EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.padding_mask import PaddingMask
 from keras_transformer.layers.positional_embedding import PositionalEmbedding
-from keras_transformer.layers.positional_embedding import sinusoidal_encoding
+from keras_transformer.layers.sinusoidal_encoding import sinusoidal_encoding
