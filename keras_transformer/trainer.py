@@ -35,7 +35,6 @@ import dataclasses
 import math
 import os
 import shutil
-import threading
 import time
 
 import keras
@@ -45,82 +44,14 @@ from keras_transformer import fine_tuning
 from keras_transformer import learning_curve
 from keras_transformer import model_flops
 from keras_transformer import model_selection
+from keras_transformer import non_finite_loss
 from keras_transformer import run_folder
 from keras_transformer import train_input
 from keras_transformer import training_speed
-from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
 from keras_transformer_runtime.timings import phase
-
-
-class _NonFiniteLoss(Exception):
-    def __init__(self, step, value):
-        super().__init__(f"loss {value} at step {step}")
-        self.step, self.value = step, value
-
-
-class _StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Stops at the first step whose loss is NaN or infinite.
-
-    `keras.callbacks.TerminateOnNaN` only asks `fit` to stop: `fit` then
-    ends the epoch, so `BackupAndRestore` backs up the broken weights over
-    the good ones and deletes its backups when training ends. Raising out
-    of `fit` skips all of that: the last good backup stays on disk.
-
-    It is `async_safe`: on JAX and torch, Keras then checks the steps'
-    losses on worker threads while the host queues the next steps, and an
-    error raised there reaches `fit` at a later step's end or, at the
-    latest, before the epoch's backup. The workers run several checks at
-    once and Keras may surface a later step's error first, so the step to
-    report is `first_failure()`, not the error's.
-    """
-
-    async_safe = True
-
-    def __init__(self, steps_per_epoch):
-        super().__init__()
-        self.steps_per_epoch = steps_per_epoch
-        self.epoch = 0
-        self._checks = threading.Condition()
-        self._steps_begun = self._steps_checked = 0
-        self._first = None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_train_batch_begin(self, batch, logs=None):
-        with self._checks:  # on the main thread, in step order
-            self._steps_begun += 1
-
-    def on_train_batch_end(self, batch, logs=None):
-        step, loss = self.epoch * self.steps_per_epoch + batch + 1, None
-        try:
-            if (logs or {}).get("loss") is not None:
-                # The epoch's running mean: NaN or infinite from the first bad step on.
-                loss = float(keras.ops.convert_to_numpy(logs["loss"]))
-        finally:
-            with self._checks:
-                self._steps_checked += 1
-                if loss is not None and not math.isfinite(loss) and (self._first is None or step < self._first.step):
-                    self._first = _NonFiniteLoss(step, loss)
-                self._checks.notify_all()
-        if loss is not None and not math.isfinite(loss):
-            raise _NonFiniteLoss(step, loss)
-
-    def first_failure(self, timeout=60.0):
-        """The earliest step found non-finite, once every step begun is checked.
-
-        Args:
-            timeout: float, the most seconds to wait for checks still running.
-
-        Returns:
-            A `_NonFiniteLoss`, or None if no step was found non-finite.
-        """
-        with self._checks:
-            self._checks.wait_for(lambda: self._steps_checked >= self._steps_begun, timeout)
-            return self._first
 
 
 class _EpochTensorBoard(keras.callbacks.TensorBoard):
@@ -160,33 +91,6 @@ class _RestartLoraAdapters(keras.callbacks.Callback):
         from keras_transformer import lora
 
         lora.restart_adapters(self.model, seed=self.seed)
-
-
-def _non_finite_loss_error(stop, config):
-    good_epochs = (stop.step - 1) // config.steps_per_epoch
-    kept = (
-        f"{os.path.join(config.output, run_folder.BACKUP_FOLDER)} keeps the state after step "
-        f"{good_epochs * config.steps_per_epoch} (virtual epoch {good_epochs}), and nothing was saved after it"
-        if good_epochs else "no virtual epoch had finished, so there is no backup and nothing was saved"
-    )
-    if config.mixed_precision and config.flash_attention is not False:
-        advice = (
-            "Under mixed precision the attention runs on the backend's fused kernel: try the explicit "
-            "attention path first (the same command plus --no-flash-attention resumes from the backup), "
-            "then float32 (--mixed-precision float32, with --overwrite)"
-            + (", or bfloat16 rather than float16" if config.mixed_precision == "float16" else "")
-            + "; a lower learning rate (a larger --warmup-steps, with --overwrite) helps if neither does."
-        )
-    else:
-        advice = (
-            "Lower the learning rate (a larger --warmup-steps)"
-            + (" or train in float32 (--mixed-precision float32)" if config.mixed_precision else "")
-            + " and start again with --overwrite; the same command resumes from the backup but will "
-            "probably fail at the same step."
-        )
-    return UserInputError(
-        f"the training loss became {stop.value} at step {stop.step}; training stopped there. {kept}. {advice}"
-    )
 
 
 def _show_translations(pairs, translations, log):
@@ -399,7 +303,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
     if config.average_last > 1:
         selection.append(model_selection.LastCheckpoints(output, config.average_last))
     speed = training_speed.TrainingSpeed(config.steps_per_epoch)
-    stop_on_non_finite = _StopOnNonFiniteLoss(config.steps_per_epoch)
+    stop_on_non_finite = non_finite_loss.StopOnNonFiniteLoss(config.steps_per_epoch)
     clock = training_speed.RunClock(config.epochs, start_time, log)
     callbacks = [
         speed,  # first: its clock stops before the others' epoch-end work
@@ -430,8 +334,8 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
             shuffle=False,  # the batch plan already shuffles
             verbose=verbose,
         )
-    except _NonFiniteLoss as stop:
-        raise _non_finite_loss_error(stop_on_non_finite.first_failure() or stop, config) from None
+    except non_finite_loss.NonFiniteLoss as stop:
+        raise non_finite_loss.stop_error(stop_on_non_finite.first_failure() or stop, config) from None
     except Exception as error:
         lost = distribute.lost_process_error(error, placement, run_folder.read_progress(output).get("epochs_done", 0))
         if lost is None:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import model_flops
+from keras_transformer import non_finite_loss
 from keras_transformer import run_folder
 from keras_transformer import trainer
 from keras_transformer.train_config import TrainConfig
@@ -251,18 +252,18 @@ def test_the_first_non_finite_step_is_named_when_a_later_check_finishes_first():
     # Keras checks the losses on several worker threads at once and may
     # surface a later step's error first (step 9 for the NaN of step 8 was
     # seen here); the trainer names the earliest once every check has run.
-    check = trainer._StopOnNonFiniteLoss(steps_per_epoch=3)
+    check = non_finite_loss.StopOnNonFiniteLoss(steps_per_epoch=3)
     check.on_epoch_begin(2)
     for batch in range(3):
         check.on_train_batch_begin(batch)
     check.on_train_batch_end(0, {"loss": 1.5})
-    with pytest.raises(trainer._NonFiniteLoss) as later:
+    with pytest.raises(non_finite_loss.NonFiniteLoss) as later:
         check.on_train_batch_end(2, {"loss": float("nan")})
     assert later.value.step == 9
     assert check.first_failure(timeout=0).step == 9  # step 8 not checked yet
 
     def step_8():
-        with pytest.raises(trainer._NonFiniteLoss):
+        with pytest.raises(non_finite_loss.NonFiniteLoss):
             check.on_train_batch_end(1, {"loss": float("inf")})
 
     worker = threading.Timer(0.3, step_8)
@@ -270,6 +271,26 @@ def test_the_first_non_finite_step_is_named_when_a_later_check_finishes_first():
     first = check.first_failure(timeout=30)
     worker.join()
     assert (first.step, first.value) == (8, float("inf"))
+
+
+@pytest.mark.backend_independent
+def test_the_first_non_finite_step_is_named_without_waiting_for_a_step_keras_never_checks():
+    # Keras raises a check's error when it dispatches the next step's end:
+    # that step began and is never checked. Waiting for it cost the whole
+    # timeout (60 s) on torch.
+    check = non_finite_loss.StopOnNonFiniteLoss(steps_per_epoch=3)
+    check.on_epoch_begin(2)
+    for batch in range(3):
+        check.on_train_batch_begin(batch)
+    check.on_train_batch_end(0, {"loss": 1.5})
+    with pytest.raises(non_finite_loss.NonFiniteLoss):
+        check.on_train_batch_end(1, {"loss": float("nan")})
+    found = []
+    waiter = threading.Thread(target=lambda: found.append(check.first_failure(timeout=None)), daemon=True)
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive(), "first_failure waited for step 9, whose check Keras never runs"
+    assert found[0].step == 8
 
 
 @pytest.mark.backend_independent
@@ -438,7 +459,7 @@ def test_unwritable_output_fails_before_training(tmp_path):
 @pytest.mark.parametrize("mixed_precision", [None, "bfloat16"])
 def test_the_non_finite_loss_message_names_the_step_and_what_to_try(tmp_path, mixed_precision):
     config = TrainConfig(**{**RUN, "output": str(tmp_path), "mixed_precision": mixed_precision}).resolved()
-    message = str(trainer._non_finite_loss_error(trainer._NonFiniteLoss(8, float("nan")), config))
+    message = str(non_finite_loss.stop_error(non_finite_loss.NonFiniteLoss(8, float("nan")), config))
     assert "loss became nan at step 8" in message
     assert "--warmup-steps" in message
     if mixed_precision:
