@@ -7,11 +7,20 @@ import pytest
 from conftest import FIXTURE_CORPUS
 from conftest import to_numpy
 import keras_transformer as kt
+from keras_transformer import quantization
 
 INPUTS = {
     "encoder_tokens": np.array([[5, 6, 7, 8, 0], [9, 10, 0, 0, 0]], "int32"),
     "decoder_tokens": np.array([[1, 11, 12, 13], [1, 14, 15, 0]], "int32"),
 }
+
+
+@pytest.fixture(autouse=True)
+def _one_garbage_collection():
+    """Keras collects garbage after each kernel `quantize` drops, seconds a test in this large process;
+    `quantization.collected_once` makes that one collection at the end, as `translate --quantize` does."""
+    with quantization.collected_once():
+        yield
 
 
 def _model(**options):
