@@ -143,6 +143,7 @@ def test_piped_stdout_holds_only_results_and_warnings_are_plain_lines(trained_ru
     assert not _native_log_lines(result.stderr), result.stderr[-3000:]
 
 
+@pytest.mark.end_to_end
 @pytest.mark.skipif(not commands.importable("tensorflow"), reason="the tf.data pipeline needs TensorFlow")
 def test_train_keeps_tensorflows_cpp_logging_out_of_the_terminal_after_the_start(tmp_path):
     # oneDNN logs an ERROR line the first time tf.data transposes int64

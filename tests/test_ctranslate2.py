@@ -63,6 +63,7 @@ def _keras_log_probs(model, source, target):
     return log_probs[np.arange(len(target) + 1), target + [END_ID]]
 
 
+@pytest.mark.export_runtimes
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_ctranslate2_scores_every_target_token_as_the_keras_model_does(tmp_path, variant):
     run, model = _run_folder(tmp_path, **VARIANTS[variant])
@@ -81,6 +82,7 @@ def test_ctranslate2_scores_every_target_token_as_the_keras_model_does(tmp_path,
     assert np.std(ours) > 0.1  # the scores differ from token to token: a wrong weight would show
 
 
+@pytest.mark.export_runtimes
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_ctranslate2_greedy_search_gives_the_translators_tokens(tmp_path, variant):
     run, _ = _run_folder(tmp_path, **VARIANTS[variant])
@@ -96,6 +98,7 @@ def test_ctranslate2_greedy_search_gives_the_translators_tokens(tmp_path, varian
     assert len(set(expected)) > 10 and expected[40] == expected[41] == ""
 
 
+@pytest.mark.export_runtimes
 def test_the_cli_exports_a_trained_run_that_translates_in_beams_and_in_int8(trained_run, tmp_path):
     from keras_transformer_cli import main
 

@@ -95,6 +95,7 @@ def _assert_same_losses(got, want, dev_rel=1e-5):
     assert got["dev_loss"] == pytest.approx(want["dev_loss"], rel=dev_rel)
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="runs once, in the jax pass of the suite")
 def test_jax_data_and_model_parallel_on_two_devices_match_one_device(tmp_path):
     results = _distributed_run(tmp_path, "jax", "data", "model", "data:python")
@@ -111,6 +112,7 @@ def test_jax_data_and_model_parallel_on_two_devices_match_one_device(tmp_path):
     assert "model" not in data["kernel"], data["kernel"]
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="runs once, in the tensorflow pass of the suite")
 def test_tensorflow_mirrored_strategy_on_two_devices_matches_one_device(tmp_path):
     results = _distributed_run(tmp_path, "tensorflow", "data")

@@ -35,6 +35,7 @@ def run_dir(trained_run):
     return trained_run
 
 
+@pytest.mark.export_runtimes
 def test_exported_savedmodel_translates_like_the_translator_in_a_fresh_process(run_dir, tmp_path):
     from keras_transformer_cli import main
 

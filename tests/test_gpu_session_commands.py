@@ -30,6 +30,7 @@ sys.exit(gpu_check.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.end_to_end
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the GPU plan's first call runs it on JAX")
 def test_the_gpu_check_trains_decodes_and_reports_without_tensorflow(tmp_path):
     out = tmp_path / "jax"
@@ -60,6 +61,7 @@ def test_the_gpu_check_refuses_settings_it_cannot_check(capsys):
         gpu_check.main(["--checks", "train", "--train-settings", "batch_size=64"])
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_a_recipe_ablation_scores_each_variant_prunes_it_and_skips_it_when_run_again(tmp_path, capsys):
     out = tmp_path / "recipe"
@@ -104,6 +106,7 @@ def test_the_recipe_race_docstring_examples_run():
     assert result.attempted >= 3 and result.failed == 0
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_a_recipe_race_scores_variants_side_by_side_and_reports_a_failed_one(tmp_path):
     from benchmarks import recipe_race
@@ -127,6 +130,7 @@ def test_a_recipe_race_scores_variants_side_by_side_and_reports_a_failed_one(tmp
     assert "| fast | jax | scored |" in table and "| too-large | torch | failed |" in table
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_a_recipe_race_stops_what_outlasts_its_budget_and_prunes_every_variant(tmp_path):
     from benchmarks import recipe_race

@@ -17,6 +17,8 @@ import pytest
 from conftest import to_numpy
 import keras_transformer as kt
 
+pytestmark = pytest.mark.export_runtimes
+
 TOLERANCE = 1e-4
 FILES = {"tf_saved_model": "saved_model", "onnx": "model.onnx", "openvino": "model.xml", "litert": "model.tflite"}
 # What Keras 3.15 cannot export, whatever the layers (checked with a model of

@@ -13,8 +13,11 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 import keras
+import pytest
 
 from tests.keras_suite.mha_plugin import DIFFERENCES
+
+pytestmark = pytest.mark.keras_suite
 
 KERAS_TEST_FILE = pathlib.Path(keras.__file__).parent / "src" / "layers" / "attention" / "multi_head_attention_test.py"
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent

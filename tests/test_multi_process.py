@@ -124,6 +124,7 @@ def job(tmp_path_factory):
     return folder
 
 
+@pytest.mark.processes
 @jax_only
 def test_two_processes_train_as_one_process_on_two_devices(job):
     assert "2 processes" in (job / "whole-0.log").read_text()
@@ -135,6 +136,7 @@ def test_two_processes_train_as_one_process_on_two_devices(job):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.processes
 @jax_only
 def test_each_process_writes_its_own_folder_and_process_0s_model_translates(job):
     for process_id in (0, 1):
@@ -154,6 +156,7 @@ def test_each_process_writes_its_own_folder_and_process_0s_model_translates(job)
     assert translations["whole-0"] == translations["alone"]
 
 
+@pytest.mark.processes
 @jax_only
 def test_two_processes_given_one_folder_stop_with_a_clear_error(tmp_path):
     port, processes = _free_port(), []
@@ -169,6 +172,7 @@ def test_two_processes_given_one_folder_stop_with_a_clear_error(tmp_path):
     assert "Give each process of the job its own --output" in logs
 
 
+@pytest.mark.processes
 @jax_only
 def test_a_killed_process_stops_the_other_with_a_clear_error_and_the_job_resumes_to_the_same_weights(job, tmp_path):
     start = time.monotonic()
@@ -186,6 +190,7 @@ def test_a_killed_process_stops_the_other_with_a_clear_error_and_the_job_resumes
             np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.processes
 @jax_only
 def test_streamed_two_process_job_reads_each_process_its_own_lines(tmp_path):
     codes, logs = _job(tmp_path, "stream", extra_flags=["--stream", "--epochs", "2"])
@@ -209,6 +214,7 @@ print("LOSS", model.fit(data, epochs=1, verbose=0).history["loss"])
 """
 
 
+@pytest.mark.processes
 @tensorflow_only
 def test_keras_fit_under_multi_worker_mirrored_strategy_still_fails_which_is_why_it_is_refused(tmp_path):
     ports = [_free_port(), _free_port()]

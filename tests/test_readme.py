@@ -37,6 +37,7 @@ def test_keras_workflow_examples_print_what_they_promise():
         assert printed.getvalue().split() == [promised]
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_readme_own_data_example_trains_on_the_french_english_fixture(tmp_path, monkeypatch):
     section = OWN_DATA.read_text()

@@ -249,6 +249,7 @@ def test_the_vocabulary_sample_is_bounded_uniform_seeded_and_the_same_read_or_sc
     assert scanned.splits["dev"] == read.splits["dev"]
 
 
+@pytest.mark.end_to_end
 def test_a_streamed_run_writes_a_model_and_a_resumed_one_ends_with_the_uninterrupted_model(tmp_path):
     from keras_transformer.trainer import train_translator
 
@@ -303,6 +304,7 @@ print("IMPORTED", sorted(name for name in ("tensorflow", "keras_hub", "tensorflo
 """
 
 
+@pytest.mark.end_to_end
 @pytest.mark.skipif(keras.backend.backend() == "tensorflow", reason="needs a backend other than TensorFlow")
 def test_a_python_streamed_run_trains_and_resumes_with_tensorflow_blocked(tmp_path):
     result = subprocess.run(

@@ -58,6 +58,7 @@ def test_the_default_output_folder_is_named_after_the_languages_or_the_corpus_fi
     assert resolved.corpus == [FRENCH, ENGLISH]  # one spelling in config.json, whatever was passed
 
 
+@pytest.mark.end_to_end
 def test_cli_trains_on_aligned_gzipped_files_and_evaluates_on_the_runs_own_test_split(
     tmp_path, monkeypatch, capsys
 ):
@@ -83,6 +84,7 @@ def test_cli_trains_on_aligned_gzipped_files_and_evaluates_on_the_runs_own_test_
         "use --split dev or test.")
 
 
+@pytest.mark.end_to_end
 def test_cli_a_bad_line_is_one_line_naming_file_and_line_and_skipping_it_warns_with_counts(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text(pathlib.Path(TSV).read_text(encoding="utf-8") + "une ligne sans traduction\n", encoding="utf-8")

@@ -138,6 +138,7 @@ def test_two_step_fit_writes_model_vocabulary_config_logs_and_summary(tmp_path):
         assert summary["mfu"] is None and summary["device"] == "cpu"
 
 
+@pytest.mark.end_to_end
 def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, uninterrupted_run):
     options = dict(output=str(tmp_path), **RUN)
     killed = _run("-c", KILL_AT_STEP, repr(options), "5")  # mid-way through epoch 2
@@ -157,6 +158,7 @@ def test_killed_run_resumes_from_backup_and_ends_with_the_same_model(tmp_path, u
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.end_to_end
 def test_a_run_resumed_on_the_python_pipeline_ends_with_the_model_of_the_tf_data_run(
     tmp_path, nan_stopped_run, uninterrupted_run
 ):
@@ -211,6 +213,7 @@ def model_reads_off_the_main_thread(monkeypatch):
     return reads
 
 
+@pytest.mark.end_to_end
 def test_the_cli_trains_resumes_and_translates_with_tensorboard_and_no_callback_reads_the_model_mid_step(
     tmp_path, capsys, model_reads_off_the_main_thread
 ):

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import FIXTURE_CORPUS
 
+pytestmark = pytest.mark.tutorials
+
 TUTORIALS = pathlib.Path(__file__).parent.parent / "tutorials"
 SCRIPTS = ["sinusoid", "attention_scale", "embedding_scale", "add_vs_concat", "qkv_init"]
 

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import FIXTURE_CORPUS
 
+pytestmark = pytest.mark.end_to_end
+
 BLOCK_TENSORFLOW_THEN_DECODE = """
 import sys
 sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
