@@ -250,16 +250,22 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_good_backup(nan_stopped_r
     assert all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in model.weights)
 
 
-@pytest.mark.backend_independent
-def test_the_first_non_finite_step_is_named_when_a_later_check_finishes_first():
-    # Keras checks the losses on several worker threads at once and may
-    # surface a later step's error first (step 9 for the NaN of step 8 was
-    # seen here); the trainer names the earliest once every check has run.
+def _checks_with_steps_7_to_9_begun_and_7_finite():
+    """The NaN stop in virtual epoch 3 of 3 steps: steps 7, 8, 9 begun, step 7's loss checked and finite."""
     check = non_finite_loss.StopOnNonFiniteLoss(steps_per_epoch=3)
     check.on_epoch_begin(2)
     for batch in range(3):
         check.on_train_batch_begin(batch)
     check.on_train_batch_end(0, {"loss": 1.5})
+    return check
+
+
+@pytest.mark.backend_independent
+def test_the_first_non_finite_step_is_named_when_a_later_check_finishes_first():
+    # Keras checks the losses on several worker threads at once and may
+    # surface a later step's error first (step 9 for the NaN of step 8 was
+    # seen here); the trainer names the earliest once every check has run.
+    check = _checks_with_steps_7_to_9_begun_and_7_finite()
     with pytest.raises(non_finite_loss.NonFiniteLoss) as later:
         check.on_train_batch_end(2, {"loss": float("nan")})
     assert later.value.step == 9
@@ -281,11 +287,7 @@ def test_the_first_non_finite_step_is_named_without_waiting_for_a_step_keras_nev
     # Keras raises a check's error when it dispatches the next step's end:
     # that step began and is never checked. Waiting for it cost the whole
     # timeout (60 s) on torch.
-    check = non_finite_loss.StopOnNonFiniteLoss(steps_per_epoch=3)
-    check.on_epoch_begin(2)
-    for batch in range(3):
-        check.on_train_batch_begin(batch)
-    check.on_train_batch_end(0, {"loss": 1.5})
+    check = _checks_with_steps_7_to_9_begun_and_7_finite()
     with pytest.raises(non_finite_loss.NonFiniteLoss):
         check.on_train_batch_end(1, {"loss": float("nan")})
     found = []
