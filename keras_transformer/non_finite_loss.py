@@ -11,7 +11,13 @@ from keras_transformer.errors import UserInputError
 
 
 class NonFiniteLoss(Exception):
-    """The loss of training step `step` (counted from 1 over the whole run) was `value`, NaN or infinite."""
+    """The loss of training step `step` (counted from 1 over the whole run) was `value`, NaN or infinite.
+
+    Example:
+
+    >>> str(NonFiniteLoss(8, float("nan")))
+    'loss nan at step 8'
+    """
 
     def __init__(self, step, value):
         super().__init__(f"loss {value} at step {step}")
@@ -32,6 +38,22 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     latest, before the epoch's backup. The workers run several checks at
     once and Keras may surface a later step's error first, so the step to
     report is `first_failure()`, not the error's.
+
+    Args:
+        steps_per_epoch: int, the run's steps per virtual epoch.
+
+    Example:
+
+    >>> check = StopOnNonFiniteLoss(steps_per_epoch=3)
+    >>> check.on_epoch_begin(1)
+    >>> check.on_train_batch_begin(0)
+    >>> try:
+    ...     check.on_train_batch_end(0, {"loss": float("inf")})
+    ... except NonFiniteLoss as stop:
+    ...     print(stop)
+    loss inf at step 4
+    >>> check.first_failure().step
+    4
     """
 
     async_safe = True
@@ -45,7 +67,10 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         self._first = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
+        # Keras has run every check of the last epoch before its end: only this epoch's steps are kept.
+        with self._checks:
+            self.epoch = epoch
+            self._steps_begun, self._steps_checked = [], set()
 
     def on_train_batch_begin(self, batch, logs=None):
         with self._checks:  # on the main thread, in step order

@@ -11,7 +11,15 @@ from keras_transformer.layers.sublayer_call import call_layer
 
 
 class AttentionCache:
-    """The key and value caches `MultiHeadAttention.call` takes (a mixin; see the module)."""
+    """The key and value caches `MultiHeadAttention.call` takes (a mixin; see the module).
+
+    Example:
+
+    >>> from keras_transformer.layers import MultiHeadAttention
+    >>> keys, values = MultiHeadAttention(num_heads=2, key_dim=4).empty_cache(1, 3)
+    >>> tuple(keys.shape), tuple(values.shape)
+    ((1, 2, 3, 4), (1, 2, 3, 4))
+    """
 
     def key_value_cache(self, value, key=None):
         """Projects keys and values once, as a read-only cache.

@@ -14,7 +14,15 @@ from keras_transformer.layers.attention_arguments import check_build_shapes
 
 
 class KerasAttentionCompatibility:
-    """Keras' `MultiHeadAttention` interface beyond `call` (a mixin; see the module)."""
+    """Keras' `MultiHeadAttention` interface beyond `call` (a mixin; see the module).
+
+    Example:
+
+    >>> from keras_transformer.layers import MultiHeadAttention
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.1)
+    >>> mha.dropout, mha.flash_attention, mha.sliding_window
+    (0.1, None, None)
+    """
 
     @property
     def dropout(self):

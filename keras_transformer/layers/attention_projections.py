@@ -17,7 +17,17 @@ from keras_transformer.layers.sublayer_call import call_sublayer
 
 
 class AttentionProjections:
-    """W_Q, W_K, W_V, the gate and W_O of `MultiHeadAttention` (a mixin; see the module)."""
+    """W_Q, W_K, W_V, the gate and W_O of `MultiHeadAttention` (a mixin; see the module).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer.layers import MultiHeadAttention
+    >>> mha = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
+    >>> _ = mha(np.zeros((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"))
+    >>> sorted(mha.projections)
+    ['output', 'qkv']
+    """
 
     @property
     def query_dense(self):
