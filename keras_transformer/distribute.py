@@ -279,33 +279,53 @@ class Placement:
     distribution: object = None  # the keras.distribution set for this run (JAX)
 
 
-def place(config, log):
-    if not config.distribute:
+def place(mode, log, num_heads=1, ff_dim=1):
+    """Where a run trains: one device, or the devices `mode` spreads it over.
+
+    Args:
+        mode: None (one device), `"data"` or `"model"` (as
+            `TrainConfig.distribute`).
+        log: callable for a one-line message saying how it trains.
+        num_heads, ff_dim: the model's attention heads and feed-forward
+            units, which `"model"` splits across each host's devices.
+
+    Returns:
+        A `Placement`.
+
+    Raises:
+        UserInputError: `"model"` cannot split the heads or units evenly.
+
+    Example:
+
+    >>> place(None, print).devices
+    1
+    """
+    if not mode:
         return Placement()
     if keras.backend.backend() == "jax":
-        return _place_on_jax(config, log)
-    return _place_on_tensorflow(config, log)
+        return _place_on_jax(mode, log, num_heads, ff_dim)
+    return _place_on_tensorflow(mode, log)
 
 
-def _place_on_jax(config, log):
+def _place_on_jax(mode, log, num_heads, ff_dim):
     import jax
 
     join_processes()
     devices = keras.distribution.list_devices()
     processes, process_id = jax.process_count(), jax.process_index()
     if len(devices) == 1:
-        log(f"distribute: --distribute {config.distribute} but only one device ({devices[0]}); training on it")
+        log(f"distribute: --distribute {mode} but only one device ({devices[0]}); training on it")
         return Placement()
-    if config.distribute == "data":
+    if mode == "data":
         distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         replicas = len(devices)
         how = f"data parallel (keras.distribution.DataParallel) over {len(devices)} devices"
     else:
         per_host = len(devices) // processes
-        if config.num_heads % per_host or config.ff_dim % per_host:
+        if num_heads % per_host or ff_dim % per_host:
             raise UserInputError(
                 f"--distribute model splits attention heads and feed-forward units over {per_host} devices: "
-                f"--num-heads {config.num_heads} and --ff-dim {config.ff_dim} must be multiples of {per_host}."
+                f"--num-heads {num_heads} and --ff-dim {ff_dim} must be multiples of {per_host}."
             )
         mesh = keras.distribution.DeviceMesh((processes, per_host), ("batch", "model"), devices)
         distribution = keras.distribution.ModelParallel(
@@ -322,12 +342,12 @@ def _place_on_jax(config, log):
     )
 
 
-def _place_on_tensorflow(config, log):
+def _place_on_tensorflow(mode, log):
     import tensorflow as tf
 
     devices = [d.name for d in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")]
     if len(devices) == 1:
-        log(f"distribute: --distribute {config.distribute} but only one device ({devices[0]}); training on it")
+        log(f"distribute: --distribute {mode} but only one device ({devices[0]}); training on it")
         return Placement()
     strategy = tf.distribute.MirroredStrategy(devices)
     log(f"distribute: data parallel (tf.distribute.MirroredStrategy) over {len(devices)} devices "

@@ -80,7 +80,9 @@ def read_starting_run(folder, output=None):
 
     Args:
         folder: the `--from` folder.
-        output: the new run's `--output`, which must be another folder.
+        output: the new run's `--output`, which must be another folder;
+            None is its default, `train_config.fine_tuned_output(folder)`,
+            which always is.
 
     Returns:
         A `StartingRun`.
@@ -128,15 +130,17 @@ def read_starting_run(folder, output=None):
     return StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
 
 
-def resolved_config(config):
-    """`config.resolved()`, with the starting run's sizes and the fine-tuning defaults when it fine-tunes.
+def resolved_config(config, corpus=None):
+    """`config.resolved(corpus)`, with the starting run's sizes and the fine-tuning defaults when it fine-tunes.
 
     Reads the run `config.start_from` names (`read_starting_run`), checks
     the flags against it (`fine_tuning_config`) and resolves the rest; a
-    config without `start_from` is simply resolved.
+    config without `start_from` is simply resolved. The trainer takes the
+    same steps, keeping the starting run it read.
 
     Args:
         config: a `TrainConfig`.
+        corpus: as `TrainConfig.resolved`.
 
     Returns:
         The resolved `TrainConfig`.
@@ -151,13 +155,10 @@ def resolved_config(config):
     >>> resolved_config(TrainConfig(preset="tiny")).d_model
     128
     """
-    from keras_transformer.train_config import fine_tuned_output
-
     if config.start_from is None:
-        return config.resolved()
-    output = config.output or fine_tuned_output(config.start_from)
-    start = read_starting_run(config.start_from, output)
-    return fine_tuning_config(dataclasses.replace(config, output=output), start).resolved()
+        return config.resolved(corpus)
+    start = read_starting_run(config.start_from, config.output)
+    return fine_tuning_config(config, start).resolved(corpus)
 
 
 def fine_tuning_config(config, start):

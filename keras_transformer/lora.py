@@ -8,6 +8,8 @@ token embeddings. `enable_lora` here does what KerasHub's
 adapters to the chosen projections of every attention layer.
 """
 
+import keras
+
 from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers import PositionalEmbedding
 
@@ -136,3 +138,29 @@ def restart_adapters(model, seed=None):
             variable.assign(initializer(variable.shape, variable.dtype))
         restarted += 1
     return restarted
+
+
+class RestartAdapters(keras.callbacks.Callback):
+    """Starts new LoRA adapters once a resumed run's backup is loaded.
+
+    A backup holds merged kernels, and loading one (the trainer's
+    `run_folder.EpochBackup` does, as training begins: this callback must
+    come after it) zeroes both factors of each adapter (Keras' `Dense`),
+    where neither gets a gradient again. New adapters (`restart_adapters`)
+    continue from the merged weights.
+
+    Args:
+        seed: int, seeds the new A factors.
+
+    Example:
+
+    >>> RestartAdapters(seed=3).seed
+    3
+    """
+
+    def __init__(self, seed):
+        super().__init__()
+        self.seed = seed
+
+    def on_train_begin(self, logs=None):
+        restart_adapters(self.model, seed=self.seed)

@@ -24,6 +24,7 @@ import shutil
 
 import keras
 
+from keras_transformer import distribute
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import RESUMABLE_CHANGES
 from keras_transformer.train_config import TrainConfig
@@ -55,7 +56,7 @@ def write_json(path, value):
     os.replace(temporary, path)  # atomic: a kill never leaves half a file
 
 
-def prepare_output(config, overwrite=False, process_id=0, num_processes=1):
+def prepare_output(output, settings, total_steps, overwrite=False, process_id=0, num_processes=1):
     """Checks the output folder before any work, and says whether to resume.
 
     With `overwrite`, the previous run's progress, summary, backups and
@@ -64,7 +65,12 @@ def prepare_output(config, overwrite=False, process_id=0, num_processes=1):
     folder claims it (`process.json`), and any other process is refused it.
 
     Args:
-        config: the run's `TrainConfig`.
+        output: the run folder (`--output`).
+        settings: dict, the run's resolved `TrainConfig` as
+            `dataclasses.asdict` gives it: written as `config.json`, and
+            held against the one a resumed run wrote.
+        total_steps: int, the run's optimizer steps: a folder that holds
+            them all is a finished run.
         overwrite: start again even if the folder holds this run.
         process_id: int, this process's index in its job.
         num_processes: int, the processes in the job.
@@ -78,48 +84,47 @@ def prepare_output(config, overwrite=False, process_id=0, num_processes=1):
         UserInputError: the folder is unwritable, holds a different model,
             or holds a finished run (unless `overwrite`).
     """
-    probe = os.path.join(config.output, ".write-test")
+    probe = os.path.join(output, ".write-test")
     try:
-        os.makedirs(config.output, exist_ok=True)
+        os.makedirs(output, exist_ok=True)
         with open(probe, "w") as f:
             f.write("ok")
         os.remove(probe)
     except OSError as error:
-        raise UserInputError(f"--output {config.output!r} is not writable: {error.strerror}.")
+        raise UserInputError(f"--output {output!r} is not writable: {error.strerror}.")
     if num_processes > 1:
-        _claim_for_process(config.output, process_id, num_processes)
-    config_path = os.path.join(config.output, CONFIG_FILE)
+        _claim_for_process(output, process_id, num_processes)
+    config_path = os.path.join(output, CONFIG_FILE)
     if overwrite or not os.path.exists(config_path):
         for name in (PROGRESS_FILE, SUMMARY_FILE, LOG_FILE, SELECTION_FILE, LEARNING_CURVE_FILE):
-            if os.path.exists(os.path.join(config.output, name)):
-                os.remove(os.path.join(config.output, name))
+            if os.path.exists(os.path.join(output, name)):
+                os.remove(os.path.join(output, name))
         # A backup or checkpoint of another run would otherwise be restored into this one.
         for folder in (BACKUP_FOLDER, CHECKPOINT_FOLDER):
-            shutil.rmtree(os.path.join(config.output, folder), ignore_errors=True)
-        write_json(config_path, dataclasses.asdict(config))
+            shutil.rmtree(os.path.join(output, folder), ignore_errors=True)
+        write_json(config_path, settings)
         return 0
     saved = read_json(config_path)
-    current = dataclasses.asdict(config)
     # A field newer than the saved run's config had its default there.
     defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
     different = sorted(
-        key for key in current
-        if key not in RESUMABLE_CHANGES and saved.get(key, defaults[key]) != current[key]
+        key for key in settings
+        if key not in RESUMABLE_CHANGES and saved.get(key, defaults[key]) != settings[key]
     )
     if different:
-        changes = ", ".join(f"{key}: {saved.get(key)!r} -> {current[key]!r}" for key in different)
+        changes = ", ".join(f"{key}: {saved.get(key)!r} -> {settings[key]!r}" for key in different)
         raise UserInputError(
-            f"--output {config.output!r} holds a different run ({changes}). "
+            f"--output {output!r} holds a different run ({changes}). "
             "Use another --output, the same settings to resume, or --overwrite."
         )
-    summary_path = os.path.join(config.output, SUMMARY_FILE)
-    if os.path.exists(summary_path) and read_json(summary_path).get("completed_steps", 0) >= config.total_steps:
+    summary_path = os.path.join(output, SUMMARY_FILE)
+    if os.path.exists(summary_path) and read_json(summary_path).get("completed_steps", 0) >= total_steps:
         raise UserInputError(
-            f"--output {config.output!r} already holds a finished run of {config.total_steps} steps. "
+            f"--output {output!r} already holds a finished run of {total_steps} steps. "
             "Raise --epochs to train further, or use --overwrite to start again."
         )
-    write_json(config_path, current)
-    return read_progress(config.output).get("epochs_done", 0)
+    write_json(config_path, settings)
+    return read_progress(output).get("epochs_done", 0)
 
 
 def _claim_for_process(output, process_id, num_processes):
@@ -310,7 +315,7 @@ def _check_backup(model, weights, metadata, steps_per_epoch):
     return epochs, None
 
 
-def restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most=None):
+def restore_point(model, output, steps_per_epoch, recorded_epochs, log, placement=None):
     """Checks the backups before training; returns the virtual epochs to resume after.
 
     `keras.callbacks.BackupAndRestore` would restore the newest backup and,
@@ -321,10 +326,21 @@ def restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most=
     intact, or `progress.json` records finished epochs but no backup exists,
     training does not start.
 
-    `at_most` is for a job of several processes: one killed while the
-    others wrote their backups of an epoch is an epoch behind them, so they
-    resume from their previous backup, of that epoch.
+    In a job of several processes (`placement`, a `distribute.Placement`),
+    one killed while the others wrote their backups of an epoch is an
+    epoch behind them, so they resume from their previous backup, of that
+    epoch: the job resumes after the epoch every process has backed up.
     """
+    epochs = _restore_point(model, output, steps_per_epoch, recorded_epochs, log)
+    if placement is None:
+        return epochs
+    job_epochs = distribute.agreed_epochs(epochs, placement)
+    if job_epochs < epochs:  # killed between this process's backup and another's
+        epochs = _restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most=job_epochs)
+    return epochs
+
+
+def _restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most=None):
     folder = os.path.join(output, BACKUP_FOLDER)
     latest = (os.path.join(folder, _BACKUP_WEIGHTS), os.path.join(folder, _BACKUP_METADATA))
     previous = tuple(path + ".bkp" for path in latest)

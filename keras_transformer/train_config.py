@@ -317,22 +317,30 @@ class TrainConfig:
                  "learning_rate")
         return {name: getattr(self, name) for name in names}
 
-    def resolved(self):
+    def resolved(self, corpus=None):
         """A copy with the preset, the hardware defaults and the output folder filled in.
 
-        A fine-tuning config (`start_from`) must already hold the starting
+        It checks no corpus file and reads no run: the caller gathers those
+        facts (the trainer checks the corpus first). A fine-tuning config (`start_from`) must already hold the starting
         run's sizes and the fine-tuning defaults: the code that reads the
-        starting run puts them in (`fine_tuning.resolved_config`), so a
+        starting run puts them in (`fine_tuning.fine_tuning_config`), so a
         run's configuration never reads another run itself. Its output
         folder defaults to `fine_tuned_output(start_from)`.
+
+        Args:
+            corpus: the `ParallelCorpus` of the corpus fields; its
+                languages (for a TSV, from its first line) name the default
+                output folder. None builds it from the fields.
+
+        Returns:
+            The resolved `TrainConfig`.
 
         Raises:
             UserInputError: a setting is out of range or contradicts another.
             ValueError: `start_from` is set but the starting run's sizes
                 are not (call `fine_tuning.resolved_config` instead).
         """
-        corpus = self.parallel_corpus()
-        corpus.check()
+        corpus = corpus or self.parallel_corpus()
         output = self.output or (fine_tuned_output(self.start_from) if self.start_from else _default_output(corpus))
         config = dataclasses.replace(self, output=output)
         if self.start_from is not None:

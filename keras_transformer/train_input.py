@@ -1,6 +1,8 @@
 """The trainer's input: the corpus read (or scanned), the vocabulary learned, the batches.
 
-Two modes, chosen by `TrainConfig.stream` (`--stream`), never by size:
+A run hands this module the settings it uses as a `TrainInput` (the
+corpus, how to batch it, which pipeline), never its whole `TrainConfig`.
+Two modes, chosen by `stream` (`--stream`), never by size:
 
 - **in memory** (the default): the corpus is read whole, tokenized once,
   and batched by a NumPy `BatchPlan` that the `tf.data` pipeline and the
@@ -30,6 +32,7 @@ import keras
 import numpy as np
 
 from keras_transformer import distribute
+from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import tensorflow_imports
 
@@ -42,38 +45,6 @@ class CorpusData:
     train_pairs: int
     vocabulary_texts: object  # a callable giving the vocabulary's texts
     train_lines: bytes = None  # streamed: the scan's bit per line (corpus_scan.CorpusScan)
-
-
-def read_corpus(config):
-    """Reads (or, streamed, scans) the corpus of a resolved `TrainConfig`; nothing is written.
-
-    Raises:
-        UserInputError: a bad line (file and line named), no train or no
-            dev pairs.
-    """
-    from keras_transformer.data import corpus_scan
-
-    corpus = config.parallel_corpus()
-    if config.stream:
-        scan = corpus_scan.scan_corpus(corpus, config.vocabulary_sample, config.seed)
-        scan.splits.require("dev")
-        return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts, scan.train_lines)
-    splits = corpus.read()
-    train = splits.require("train")
-    splits.require("dev")
-    return CorpusData(
-        splits, len(train), lambda: corpus_scan.vocabulary_texts(train, config.vocabulary_sample, config.seed)
-    )
-
-
-def learn_vocabulary(config, corpus_data, path):
-    """Trains the joint SentencePiece vocabulary into `path`."""
-    from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
-
-    try:
-        train_tokenizer(corpus_data.vocabulary_texts(), config.vocabulary_size, path=path)
-    except ValueError as error:  # e.g. more pieces than the corpus supports
-        raise UserInputError(f"--vocabulary-size: {error}")
 
 
 @dataclasses.dataclass
@@ -115,91 +86,6 @@ def token_statistics(dataset):
     return batches, real, 1.0 - real / max(total, 1), shapes
 
 
-def _input_pipeline(config, vocabulary_path):
-    """The pipeline's name, its tokenizer, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
-    name = config.input_pipeline
-    if name == "auto":
-        name = "tf.data" if tensorflow_imports() else "python"
-    if name == "tf.data":
-        from keras_transformer.data import pipeline
-        from keras_transformer.data.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(vocabulary_path)
-
-        def batches(tokens, start=0, **options):
-            dataset = pipeline.translation_dataset(tokens, **options)
-            return dataset.skip(start) if start else dataset
-
-        return name, tokenizer, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, config.max_length)), batches
-    from keras_transformer.data import python_pipeline
-    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
-
-    tokenizer = SentencePieceTokenizer(vocabulary_path)
-    return (
-        name,
-        tokenizer,
-        lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, config.max_length),
-        lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
-    )
-
-
-def train_data(config, corpus_data, vocabulary_path, placement, start_step, log):
-    """The train and dev batches of a run, the train stream starting at batch `start_step`.
-
-    Logs the pipeline, the corpus and the batches in three lines.
-    """
-    name, tokenizer, tokenize, batches = _input_pipeline(config, vocabulary_path)
-    if name == "tf.data":
-        log("input pipeline: tf.data, " + (
-            "streamed: the train pairs read and tokenized inside tf.data (KerasHub's SentencePiece op)"
-            if config.stream else "tokenized with KerasHub"))
-    else:
-        log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library"
-            + (", streamed in chunks of 1024 lines)" if config.stream else ")")
-            + ("; TensorFlow does not import here" if config.input_pipeline == "auto" else ""))
-    splits = corpus_data.splits
-    dev_pairs = splits.require("dev")
-    dev_tokens = tokenize(dev_pairs)
-    batching = dict(
-        batch_tokens=config.batch_tokens, bucket=config.bucket, seed=config.seed,
-        batch_multiple=placement.batch_multiple, bucket_width=config.bucket_width,
-    )
-    # A known number of batches: Keras does not warn "ran out of data" after
-    # each validation pass.
-    dev_batches = batches(dev_tokens, shuffle=False, **batching)
-    dev = distribute.for_devices(dev_batches, placement)
-    languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
-    skipped = sum(splits.skipped.values())
-    skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
-    if config.stream:
-        from keras_transformer.data.batch_plan import expected_batch_tokens
-
-        train = _streamed_train(name, config, corpus_data, tokenizer, placement, start_step, log)
-        # The dev split is a hash sample of the same corpus: it estimates the
-        # train batches' tokens and padding without a pass over them.
-        tokens_per_batch, padding = expected_batch_tokens(
-            *_side_lengths(dev_tokens), config.max_length,
-            batch_tokens=config.batch_tokens, batch_multiple=placement.batch_multiple,
-            bucket_width=config.bucket_width if config.bucket else config.max_length,
-        )
-        log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev "
-            f"pairs, streamed; {dev_tokens.num_truncated} of the dev pairs truncated to {config.max_length} "
-            f"tokens{skipped}")
-        log(f"batches: streamed, {padding:.1%} padding tokens (estimated on the dev pairs)")
-        return TrainData(name, train, dev, None, tokens_per_batch, padding, token_statistics(dev_batches)[3])
-    train_tokens = tokenize(splits["train"])
-    log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev pairs, "
-        f"{train_tokens.num_truncated} train pairs truncated to {config.max_length} tokens{skipped}")
-    epoch_batches, epoch_tokens, padding, shapes = token_statistics(batches(train_tokens, shuffle=False, **batching))
-    log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
-        + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
-    # Every iterator over it yields the same batches (one batch plan), so a
-    # resumed or distributed run trains on the same data; a resumed one
-    # starts after the batches it trained on.
-    train = distribute.for_devices(batches(train_tokens, repeat=True, start=start_step, **batching), placement)
-    return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding, shapes)
-
-
 def _side_lengths(tokens):
     """(source lengths, target lengths) of tokenized pairs, as `tokenize` gives them on either pipeline."""
     if hasattr(tokens, "source_offsets"):  # python_pipeline.TokenizedArrays
@@ -207,38 +93,212 @@ def _side_lengths(tokens):
     return tokens.sources.row_lengths().numpy(), tokens.targets.row_lengths().numpy()
 
 
-def _streamed_train(pipeline_name, config, corpus_data, tokenizer, placement, start_step, log):
-    from keras_transformer.data.batch_plan import SHUFFLE_BUFFER
+@dataclasses.dataclass(frozen=True)
+class TrainInput:
+    """How a run reads its corpus and makes its batches.
 
-    # A buffer larger than the corpus would only hold several copies of it.
-    options = dict(batch_tokens=config.batch_tokens, seed=config.seed, batch_multiple=placement.batch_multiple,
-                   shuffle_buffer=min(SHUFFLE_BUFFER, corpus_data.train_pairs),
-                   bucket_width=config.bucket_width if config.bucket else config.max_length)
-    hosts = placement.num_processes
-    if hosts > 1:
-        # Each host reads every hosts-th pair and makes its own slice of the
-        # global batch; all padded to max_length so the slices have one shape.
-        options.update(batch_tokens=config.batch_tokens // hosts, shard=(placement.process_id, hosts),
-                       batch_multiple=max(1, placement.batch_multiple // hosts), bucket_width=config.max_length)
-        log(f"stream: host {placement.process_id} of {hosts} keeps every {hosts}-th line from line "
-            f"{placement.process_id + 1}; batches padded to --max-length {config.max_length}")
-    if start_step:
-        log(f"stream: skipping the {start_step} batches trained on before (read and tokenized again)")
-    if pipeline_name == "python":
-        from keras_transformer.data.python_streaming import StreamedPyDataset
+    Args:
+        corpus: the `ParallelCorpus` to train on.
+        max_length: int, longest source or target in tokens (longer pairs
+            are truncated).
+        batch_tokens: int, tokens per batch (source or target side,
+            padding included).
+        bucket: batch sequences of similar length together.
+        bucket_width: int, padded lengths are multiples of this.
+        seed: int, seeds the vocabulary sample and the data order.
+        stream: read the train pairs in chunks inside the pipeline
+            instead of holding the corpus.
+        vocabulary_sample: int, the most train sentences the vocabulary is
+            learned from.
+        input_pipeline: `"auto"`, `"tf.data"` or `"python"` (as
+            `TrainConfig.input_pipeline`).
+        vocabulary_size: int, the pieces of the vocabulary learned.
+        placement: the run's `distribute.Placement`: batches are cut to
+            its data-parallel replicas, and a host of several streams its
+            own share.
 
-        dataset = StreamedPyDataset(config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length,
-                                    start=start_step, **options)
-    else:
-        from keras_transformer.data.streaming import streamed_dataset
+    Example:
 
-        dataset = streamed_dataset(
-            config.parallel_corpus(), corpus_data.train_lines, tokenizer, config.max_length, **options
+    >>> from keras_transformer.data.parallel_corpus import ParallelCorpus
+    >>> inputs = TrainInput(ParallelCorpus(), max_length=64, batch_tokens=1024, vocabulary_sample=100)
+    >>> corpus_data = inputs.read_corpus()  # the embedded Bible corpus, read whole
+    >>> corpus_data.splits.format, corpus_data.train_pairs > 1000, len(corpus_data.vocabulary_texts())
+    ('bible', True, 100)
+    """
+
+    corpus: object
+    max_length: int
+    batch_tokens: int
+    bucket: bool = True
+    bucket_width: int = 8
+    seed: int = 0
+    stream: bool = False
+    vocabulary_sample: int = DEFAULT_VOCABULARY_SAMPLE
+    input_pipeline: str = "auto"
+    vocabulary_size: int = 8000
+    placement: distribute.Placement = dataclasses.field(default_factory=distribute.Placement)
+
+    def read_corpus(self):
+        """Reads (or, streamed, scans) the corpus; nothing is written.
+
+        Returns:
+            A `CorpusData`.
+
+        Raises:
+            UserInputError: a bad line (file and line named), no train or no
+                dev pairs.
+        """
+        from keras_transformer.data import corpus_scan
+
+        if self.stream:
+            scan = corpus_scan.scan_corpus(self.corpus, self.vocabulary_sample, self.seed)
+            scan.splits.require("dev")
+            return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts, scan.train_lines)
+        splits = self.corpus.read()
+        train = splits.require("train")
+        splits.require("dev")
+        return CorpusData(
+            splits, len(train), lambda: corpus_scan.vocabulary_texts(train, self.vocabulary_sample, self.seed)
         )
+
+    def learn_vocabulary(self, corpus_data, path):
+        """Trains the joint SentencePiece vocabulary of `vocabulary_size` pieces into `path`.
+
+        Raises:
+            UserInputError: the corpus cannot make that many pieces.
+        """
+        from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
+
+        try:
+            train_tokenizer(corpus_data.vocabulary_texts(), self.vocabulary_size, path=path)
+        except ValueError as error:  # e.g. more pieces than the corpus supports
+            raise UserInputError(f"--vocabulary-size: {error}")
+
+    def train_data(self, corpus_data, vocabulary_path, start_step, log):
+        """The train and dev batches of a run, the train stream starting at batch `start_step`.
+
+        Logs the pipeline, the corpus and the batches in three lines.
+
+        Args:
+            corpus_data: what `read_corpus` gave.
+            vocabulary_path: the run's `vocabulary.spm`.
+            start_step: int, train batches a resumed run already trained on.
+            log: callable for one-line messages.
+
+        Returns:
+            A `TrainData`.
+        """
+        name, tokenizer, tokenize, batches = self._pipeline(vocabulary_path)
+        placement = self.placement
+        if name == "tf.data":
+            log("input pipeline: tf.data, " + (
+                "streamed: the train pairs read and tokenized inside tf.data (KerasHub's SentencePiece op)"
+                if self.stream else "tokenized with KerasHub"))
+        else:
+            log("input pipeline: python (keras.utils.PyDataset, tokenized with the sentencepiece library"
+                + (", streamed in chunks of 1024 lines)" if self.stream else ")")
+                + ("; TensorFlow does not import here" if self.input_pipeline == "auto" else ""))
+        splits = corpus_data.splits
+        dev_pairs = splits.require("dev")
+        dev_tokens = tokenize(dev_pairs)
+        batching = dict(
+            batch_tokens=self.batch_tokens, bucket=self.bucket, seed=self.seed,
+            batch_multiple=placement.batch_multiple, bucket_width=self.bucket_width,
+        )
+        # A known number of batches: Keras does not warn "ran out of data" after
+        # each validation pass.
+        dev_batches = batches(dev_tokens, shuffle=False, **batching)
+        dev = distribute.for_devices(dev_batches, placement)
+        languages = f"{splits.source_language or 'source'} -> {splits.target_language or 'target'}"
+        skipped = sum(splits.skipped.values())
+        skipped = f", {skipped} bad line{'s' * (skipped != 1)} skipped" if skipped else ""
+        if self.stream:
+            from keras_transformer.data.batch_plan import expected_batch_tokens
+
+            train = self._streamed_train(name, corpus_data, tokenizer, start_step, log)
+            # The dev split is a hash sample of the same corpus: it estimates the
+            # train batches' tokens and padding without a pass over them.
+            tokens_per_batch, padding = expected_batch_tokens(
+                *_side_lengths(dev_tokens), self.max_length,
+                batch_tokens=self.batch_tokens, batch_multiple=placement.batch_multiple,
+                bucket_width=self.bucket_width if self.bucket else self.max_length,
+            )
+            log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev "
+                f"pairs, streamed; {dev_tokens.num_truncated} of the dev pairs truncated to {self.max_length} "
+                f"tokens{skipped}")
+            log(f"batches: streamed, {padding:.1%} padding tokens (estimated on the dev pairs)")
+            return TrainData(name, train, dev, None, tokens_per_batch, padding, token_statistics(dev_batches)[3])
+        train_tokens = tokenize(splits["train"])
+        log(f"corpus: {languages} ({splits.format}), {corpus_data.train_pairs} train / {len(dev_pairs)} dev pairs, "
+            f"{train_tokens.num_truncated} train pairs truncated to {self.max_length} tokens{skipped}")
+        epoch_batches, epoch_tokens, padding, shapes = token_statistics(
+            batches(train_tokens, shuffle=False, **batching))
+        log(f"batches: {epoch_batches} per pass over the data, {padding:.1%} padding tokens"
+            + (f", sizes multiples of {placement.batch_multiple}" if placement.batch_multiple > 1 else ""))
+        # Every iterator over it yields the same batches (one batch plan), so a
+        # resumed or distributed run trains on the same data; a resumed one
+        # starts after the batches it trained on.
+        train = distribute.for_devices(batches(train_tokens, repeat=True, start=start_step, **batching), placement)
+        return TrainData(name, train, dev, epoch_batches, epoch_tokens / epoch_batches, padding, shapes)
+
+    def _pipeline(self, vocabulary_path):
+        """The pipeline's name, its tokenizer, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
+        name = self.input_pipeline
+        if name == "auto":
+            name = "tf.data" if tensorflow_imports() else "python"
+        if name == "tf.data":
+            from keras_transformer.data import pipeline
+            from keras_transformer.data.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(vocabulary_path)
+
+            def batches(tokens, start=0, **options):
+                dataset = pipeline.translation_dataset(tokens, **options)
+                return dataset.skip(start) if start else dataset
+
+            return name, tokenizer, (lambda pairs: pipeline.tokenize_pairs(pairs, tokenizer, self.max_length)), batches
+        from keras_transformer.data import python_pipeline
+        from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+
+        tokenizer = SentencePieceTokenizer(vocabulary_path)
+        return (
+            name,
+            tokenizer,
+            lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, self.max_length),
+            lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
+        )
+
+    def _streamed_train(self, pipeline_name, corpus_data, tokenizer, start_step, log):
+        from keras_transformer.data.batch_plan import SHUFFLE_BUFFER
+
+        placement = self.placement
+
+        # A buffer larger than the corpus would only hold several copies of it.
+        options = dict(batch_tokens=self.batch_tokens, seed=self.seed, batch_multiple=placement.batch_multiple,
+                       shuffle_buffer=min(SHUFFLE_BUFFER, corpus_data.train_pairs),
+                       bucket_width=self.bucket_width if self.bucket else self.max_length)
+        hosts = placement.num_processes
+        if hosts > 1:
+            # Each host reads every hosts-th pair and makes its own slice of the
+            # global batch; all padded to max_length so the slices have one shape.
+            options.update(batch_tokens=self.batch_tokens // hosts, shard=(placement.process_id, hosts),
+                           batch_multiple=max(1, placement.batch_multiple // hosts), bucket_width=self.max_length)
+            log(f"stream: host {placement.process_id} of {hosts} keeps every {hosts}-th line from line "
+                f"{placement.process_id + 1}; batches padded to --max-length {self.max_length}")
         if start_step:
-            dataset = dataset.skip(start_step)
-    return dataset if hosts > 1 else distribute.for_devices(dataset, placement)
+            log(f"stream: skipping the {start_step} batches trained on before (read and tokenized again)")
+        if pipeline_name == "python":
+            from keras_transformer.data.python_streaming import StreamedPyDataset
+
+            dataset = StreamedPyDataset(self.corpus, corpus_data.train_lines, tokenizer, self.max_length,
+                                        start=start_step, **options)
+        else:
+            from keras_transformer.data.streaming import streamed_dataset
+
+            dataset = streamed_dataset(self.corpus, corpus_data.train_lines, tokenizer, self.max_length, **options)
+            if start_step:
+                dataset = dataset.skip(start_step)
+        return dataset if hosts > 1 else distribute.for_devices(dataset, placement)
 
 
-__all__ = ["CorpusData", "TrainData", "learn_vocabulary", "read_corpus", "token_statistics",
-           "train_data"]
+__all__ = ["CorpusData", "TrainData", "TrainInput", "token_statistics"]

@@ -42,12 +42,15 @@ import keras
 from keras_transformer import distribute
 from keras_transformer import fine_tuning
 from keras_transformer import learning_curve
+from keras_transformer import lora
 from keras_transformer import model_flops
 from keras_transformer import model_selection
 from keras_transformer import non_finite_loss
 from keras_transformer import run_folder
 from keras_transformer import train_input
 from keras_transformer import training_speed
+from keras_transformer.data.parallel_corpus import ParallelCorpus
+from keras_transformer.train_config import CORPUS_FIELDS
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
@@ -72,25 +75,6 @@ class _EpochTensorBoard(keras.callbacks.TensorBoard):
     def on_train_batch_end(self, batch, logs=None):
         if keras.backend.backend() == "tensorflow":
             super().on_train_batch_end(batch, logs)
-
-
-class _RestartLoraAdapters(keras.callbacks.Callback):
-    """Starts new LoRA adapters once a resumed run's backup is loaded.
-
-    A backup holds merged kernels, and loading one (`EpochBackup` does, as
-    training begins: this callback must come after it) zeroes both factors
-    of each adapter (Keras' `Dense`), where neither gets a gradient again.
-    New adapters (`lora.restart_adapters`) continue from the merged weights.
-    """
-
-    def __init__(self, seed):
-        super().__init__()
-        self.seed = seed
-
-    def on_train_begin(self, logs=None):
-        from keras_transformer import lora
-
-        lora.restart_adapters(self.model, seed=self.seed)
 
 
 def _show_translations(pairs, translations, log):
@@ -205,59 +189,70 @@ def train_translator(
             finite.
     """
     start_time = time.time()
-    process_id, num_processes = distribute.join_processes()  # before anything touches JAX (resolved() does)
+    process_id, num_processes = distribute.join_processes()  # before anything touches JAX (resolving does)
     if sample_sentences is not None:
         config = dataclasses.replace(config, dev_bleu_sentences=sample_sentences)
-    config = fine_tuning.resolved_config(config)
+    # The facts the settings depend on are gathered first: the corpus
+    # (its files checked) and the run to start from. Resolved once, the
+    # config then hands each part only the values it uses.
+    corpus = ParallelCorpus(config.corpus, **{name: getattr(config, name) for name in CORPUS_FIELDS[1:]})
+    corpus.check()
+    start = None
+    if config.start_from:  # the model and vocabulary to start from, checked before anything is written
+        start = fine_tuning.read_starting_run(config.start_from, config.output)
+        config = fine_tuning.fine_tuning_config(config, start)
+    config = config.resolved(corpus)
+    model_arguments = config.model_arguments()
+    placement = distribute.place(config.distribute, log, num_heads=config.num_heads, ff_dim=config.ff_dim)
+    inputs = train_input.TrainInput(
+        corpus, max_length=config.max_length, batch_tokens=config.batch_tokens, bucket=config.bucket,
+        bucket_width=config.bucket_width, seed=config.seed, stream=config.stream,
+        vocabulary_sample=config.vocabulary_sample, input_pipeline=config.input_pipeline,
+        vocabulary_size=config.vocabulary_size, placement=placement,
+    )
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.
     with phase("load"):
-        corpus_data = train_input.read_corpus(config)
-    start = None
-    if config.start_from:  # the model and vocabulary to start from, checked before anything is written
-        start = fine_tuning.read_starting_run(config.start_from, config.output)
+        corpus_data = inputs.read_corpus()
+    if start is not None:
         splits = corpus_data.splits
         fine_tuning.check_vocabulary_fits(splits["train"] or splits["dev"], start, log)
         start = dataclasses.replace(start, weights=fine_tuning.read_starting_weights(start))
-    recorded_epochs = run_folder.prepare_output(config, overwrite, process_id, num_processes)
+    recorded_epochs = run_folder.prepare_output(
+        config.output, dataclasses.asdict(config), config.total_steps, overwrite, process_id, num_processes
+    )
     # Set either way and restored after: a policy left by an earlier run in
     # the process (or reset by keras.backend.clear_session()) must not decide this one's.
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(f"mixed_{config.mixed_precision}" if config.mixed_precision else "float32")
     keras.utils.set_random_seed(config.seed)
-    placement = distribute.place(config, log)
     previous_distribution = keras.distribution.distribution() if placement.distribution else None
     if placement.distribution:
         # Before the model is built: its variables are created sharded.
         keras.distribution.set_distribution(placement.distribution)
     try:
-        return _train(config, corpus_data, placement, recorded_epochs, start_time, verbose, log, callbacks, start)
+        return _train(config, model_arguments, inputs, corpus_data, placement, recorded_epochs, start_time, verbose,
+                      log, callbacks, start)
     finally:
         keras.config.set_dtype_policy(previous_policy)
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 
 
-def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose, log, callbacks, start):
+def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epochs, start_time, verbose, log,
+           callbacks, start):
     from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
     with placement.scope():
-        model = build_translator(**config.model_arguments())
+        model = build_translator(**model_arguments)
         if start is not None:
             fine_tuning.assign_starting_weights(model, start)
         if config.lora_rank:
-            from keras_transformer import lora
-
             lora.enable_lora_on(model, config.lora_rank, config.lora_targets or fine_tuning.LORA_TARGETS)
         run_folder.check_free_space(output, model.count_params(), config.average_last if config.average_last > 1 else 0)
-        epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log)
-        job_epochs = distribute.agreed_epochs(epochs_done, placement)
-        if job_epochs < epochs_done:  # killed between this process's backup and another's
-            epochs_done = run_folder.restore_point(
-                model, output, config.steps_per_epoch, recorded_epochs, log, at_most=job_epochs
-            )
+        epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log, placement)
     random_states = run_folder.read_progress(output).get("random_states")
     random_state = random_states.get(str(epochs_done)) if epochs_done and isinstance(random_states, dict) else None
 
@@ -266,10 +261,8 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         if start is not None:
             shutil.copyfile(start.vocabulary_path, vocabulary_path)
         elif epochs_done == 0 or not os.path.exists(vocabulary_path):
-            train_input.learn_vocabulary(config, corpus_data, vocabulary_path)
-        data = train_input.train_data(
-            config, corpus_data, vocabulary_path, placement, epochs_done * config.steps_per_epoch, log
-        )
+            inputs.learn_vocabulary(corpus_data, vocabulary_path)
+        data = inputs.train_data(corpus_data, vocabulary_path, epochs_done * config.steps_per_epoch, log)
     train_data, dev_data, dev_pairs = data.train, data.dev, corpus_data.splits["dev"]
 
     trainable = sum(int(math.prod(variable.shape)) for variable in model.trainable_weights)
@@ -310,7 +303,7 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         # Backup first: the progress file must never run ahead of it. The
         # last backup stays after training, so a larger --epochs continues.
         run_folder.EpochBackup(os.path.join(output, run_folder.BACKUP_FOLDER)),
-        *([_RestartLoraAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
+        *([lora.RestartAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
         run_folder.RestoreRandomState(random_state),
         run_folder.ProgressFile(os.path.join(output, run_folder.PROGRESS_FILE)),
         # Before the loggers: dev BLEU joins the epoch's logs.
@@ -343,10 +336,9 @@ def _train(config, corpus_data, placement, recorded_epochs, start_time, verbose,
         raise lost from error
     fit_seconds = time.time() - fit_start
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
-    sizes = config.model_arguments()
     speed_report = speed.report(
-        model_flops.mean_training_flops(data.batch_shapes, sizes["num_layers"], sizes["num_layers"], sizes["d_model"],
-                                        sizes["ff_dim"], sizes["vocabulary_size"]),
+        model_flops.mean_training_flops(data.batch_shapes, config.num_layers, config.num_layers, config.d_model,
+                                        config.ff_dim, config.vocabulary_size),
         devices=placement.devices, device_name=model_flops.accelerator_name(),
     )
     log(training_speed.describe(speed_report))

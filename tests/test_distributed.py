@@ -137,7 +137,7 @@ def test_distribute_on_one_device_says_so_and_trains_there():
     if len(keras.distribution.list_devices()) > 1 and keras.backend.backend() == "jax":
         pytest.skip("this process sees more than one device")
     messages = []
-    placement = distribute.place(TrainConfig(output="unused", distribute="data", **TINY).resolved(), messages.append)
+    placement = distribute.place("data", messages.append)
     assert placement.devices == 1 and placement.distribution is None and placement.batch_multiple == 1
     assert messages and "only one device" in messages[0]
 

@@ -2,6 +2,7 @@
 bounded vocabulary sample, exact resume."""
 
 import collections
+import dataclasses
 import json
 import os
 import pathlib
@@ -242,8 +243,10 @@ def test_the_vocabulary_sample_is_bounded_uniform_seeded_and_the_same_read_or_sc
     from keras_transformer import train_input
 
     config = TrainConfig(vocabulary_sample=60, **RUN).resolved()
-    scanned = train_input.read_corpus(TrainConfig(**{**vars(config), "stream": True}))
-    read = train_input.read_corpus(config)
+    inputs = train_input.TrainInput(config.parallel_corpus(), config.max_length, config.batch_tokens,
+                                    seed=config.seed, vocabulary_sample=config.vocabulary_sample)
+    scanned = dataclasses.replace(inputs, stream=True).read_corpus()
+    read = inputs.read_corpus()
     assert scanned.vocabulary_texts() == read.vocabulary_texts() and len(read.vocabulary_texts()) == 60
     assert scanned.train_pairs == read.train_pairs and scanned.splits["train"] == []
     assert scanned.splits["dev"] == read.splits["dev"]
