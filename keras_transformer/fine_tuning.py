@@ -21,6 +21,7 @@ import dataclasses
 import os
 
 from keras_transformer.errors import UserInputError
+from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
 
 # The fields that define the model's shape: a fine-tuning run takes them
 # from the starting run, and a flag that contradicts one is refused.
@@ -59,14 +60,17 @@ class StartingRun:
         config: its `config.json`, a dict.
         model_path: its `model.keras`.
         vocabulary_path: its `vocabulary.spm`.
+        vocabulary: that vocabulary, read: a
+            `sentencepiece.SentencePieceProcessor`.
         weights: its model's weights (NumPy arrays, in the model's
-            order), once `read_starting_weights` has read them.
+            order), once read (`read_starting_run(..., weights=True)`).
     """
 
     folder: str
     config: dict
     model_path: str
     vocabulary_path: str
+    vocabulary: object = None
     weights: list = None
 
     @property
@@ -75,14 +79,16 @@ class StartingRun:
         return {key: self.config[key] for key in ARCHITECTURE_FIELDS}
 
 
-def read_starting_run(folder, output=None):
-    """Checks a run folder to start from and reads its config.
+def read_starting_run(folder, output=None, weights=False):
+    """Checks a run folder to start from; reads its config and vocabulary, and on request its weights.
 
     Args:
         folder: the `--from` folder.
         output: the new run's `--output`, which must be another folder;
             None is its default, `train_config.fine_tuned_output(folder)`,
             which always is.
+        weights: read the model's weights too (`read_starting_weights`),
+            as the trainer does before it writes anything.
 
     Returns:
         A `StartingRun`.
@@ -127,7 +133,12 @@ def read_starting_run(folder, output=None):
             f"{paths[run_folder.CONFIG_FILE]!r} does not record the model's {', '.join(absent)}: it was not "
             "written by `keras-transformer train`, or by an incompatible version; nothing was changed."
         )
-    return StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
+    try:
+        _, vocabulary = read_vocabulary(paths[run_folder.VOCABULARY_FILE])
+    except (OSError, ValueError) as error:
+        raise UserInputError(f"{paths[run_folder.VOCABULARY_FILE]!r} is unreadable ({error}).") from error
+    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE], vocabulary)
+    return dataclasses.replace(start, weights=read_starting_weights(start)) if weights else start
 
 
 def resolved_config(config, corpus=None):
@@ -259,10 +270,12 @@ def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
     >>> unknown_shares([TranslationPair("1", "", "train", "la tierra", "地球", ("地球",))], path)
     (0.0, 1.0)
     """
-    from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
+    return _unknown_shares(pairs, read_vocabulary(vocabulary_path)[1], sample)
+
+
+def _unknown_shares(pairs, processor, sample=_SAMPLE_PAIRS):
     from keras_transformer_runtime.special_tokens import UNK_ID
 
-    _, processor = read_vocabulary(vocabulary_path)
     shares = []
     for side in ("source", "target"):
         texts = [getattr(pair, side) for pair in pairs[:sample]]
@@ -285,7 +298,7 @@ def check_vocabulary_fits(pairs, start, log=print):
         UserInputError: more than `UNKNOWN_ERROR` of a side's characters
             are unknown to the vocabulary.
     """
-    source, target = unknown_shares(pairs, start.vocabulary_path)
+    source, target = _unknown_shares(pairs, start.vocabulary)
     log(f"vocabulary of {start.folder}: {source:.2%} of the source and {target:.2%} of the target characters "
         "are unknown to it (<unk>)")
     worst = max(source, target)

@@ -239,3 +239,39 @@ def keep_best(model, output, dev_bleu=None, average_last=1, log=print):
     model.load_weights(model_path)
     log(f"kept in {model_path}: {best['weights']} (dev BLEU {best['dev_bleu']:.2f})")
     return {"kept": best["weights"], "dev_bleu": best["dev_bleu"], "dev_bleu_step": best["step"]}
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Keeps the chosen weights when training ends: `keep_best` as a callback.
+
+    Put it after the run's `DevBleu` and `LastCheckpoints`; it runs when
+    `fit` finishes (not when it stops on an error), and `kept` then holds
+    what `keep_best` returned.
+
+    Args:
+        output: the run folder.
+        dev_bleu: the run's `DevBleu` callback, or None.
+        average_last: int, checkpoints averaged.
+        log: callable for one-line messages.
+
+    Example:
+
+    >>> import numpy as np, tempfile
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> keeper = KeepBest(tempfile.mkdtemp(), log=lambda message: None)
+    >>> _ = model.fit(np.zeros((4, 2)), np.zeros((4, 1)), verbose=0, callbacks=[keeper])
+    >>> keeper.kept
+    {'kept': 'last weights'}
+    """
+
+    def __init__(self, output, dev_bleu=None, average_last=1, log=print):
+        super().__init__()
+        self.output = output
+        self.dev_bleu = dev_bleu
+        self.average_last = average_last
+        self.log = log
+        self.kept = None
+
+    def on_train_end(self, logs=None):
+        self.kept = keep_best(self.model, self.output, self.dev_bleu, self.average_last, self.log)

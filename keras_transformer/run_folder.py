@@ -218,11 +218,17 @@ class ProgressFile(keras.callbacks.Callback):
     The random state of the previous epoch is kept too, for a resume from
     the previous backup; with it a resumed run draws the same dropout masks
     as an uninterrupted one.
+
+    Args:
+        path: the run's `progress.json`.
+        epochs_done: int, the virtual epochs done before this `fit`; the
+            attribute `epochs_done` then follows each epoch recorded.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, epochs_done=0):
         super().__init__()
         self.path = path
+        self.epochs_done = epochs_done
 
     def on_epoch_end(self, epoch, logs=None):
         states = {str(epoch + 1): _random_state(self.model)}
@@ -230,6 +236,7 @@ class ProgressFile(keras.callbacks.Callback):
         if isinstance(previous, dict) and str(epoch) in previous:
             states[str(epoch)] = previous[str(epoch)]
         write_json(self.path, {"epochs_done": epoch + 1, "random_states": states})
+        self.epochs_done = epoch + 1
 
 
 class EpochBackup(keras.callbacks.BackupAndRestore):

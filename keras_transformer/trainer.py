@@ -199,7 +199,7 @@ def train_translator(
     corpus.check()
     start = None
     if config.start_from:  # the model and vocabulary to start from, checked before anything is written
-        start = fine_tuning.read_starting_run(config.start_from, config.output)
+        start = fine_tuning.read_starting_run(config.start_from, config.output, weights=True)
         config = fine_tuning.fine_tuning_config(config, start)
     config = config.resolved(corpus)
     model_arguments = config.model_arguments()
@@ -218,7 +218,6 @@ def train_translator(
     if start is not None:
         splits = corpus_data.splits
         fine_tuning.check_vocabulary_fits(splits["train"] or splits["dev"], start, log)
-        start = dataclasses.replace(start, weights=fine_tuning.read_starting_weights(start))
     recorded_epochs = run_folder.prepare_output(
         config.output, dataclasses.asdict(config), config.total_steps, overwrite, process_id, num_processes
     )
@@ -295,7 +294,16 @@ def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epo
     selection = [dev_bleu] if dev_bleu else []
     if config.average_last > 1:
         selection.append(model_selection.LastCheckpoints(output, config.average_last))
-    speed = training_speed.TrainingSpeed(config.steps_per_epoch)
+    speed = training_speed.TrainingSpeed(
+        config.steps_per_epoch,
+        flops_per_step=model_flops.mean_training_flops(
+            data.batch_shapes, config.num_layers, config.num_layers, config.d_model, config.ff_dim,
+            config.vocabulary_size,
+        ),
+        devices=placement.devices, device_name=model_flops.accelerator_name(), log=log,
+    )
+    progress = run_folder.ProgressFile(os.path.join(output, run_folder.PROGRESS_FILE), epochs_done)
+    keeper = model_selection.KeepBest(output, dev_bleu, config.average_last, log)
     stop_on_non_finite = non_finite_loss.StopOnNonFiniteLoss(config.steps_per_epoch)
     clock = training_speed.RunClock(config.epochs, start_time, log)
     callbacks = [
@@ -305,15 +313,17 @@ def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epo
         run_folder.EpochBackup(os.path.join(output, run_folder.BACKUP_FOLDER)),
         *([lora.RestartAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
         run_folder.RestoreRandomState(random_state),
-        run_folder.ProgressFile(os.path.join(output, run_folder.PROGRESS_FILE)),
+        progress,
         # Before the loggers: dev BLEU joins the epoch's logs.
         *selection,
         keras.callbacks.CSVLogger(os.path.join(output, run_folder.LOG_FILE), append=True),
         *tensorboard,
         learning_curve.LearningCurve(output, config.steps_per_epoch, log),
         stop_on_non_finite,
-        # Last of the package's: its epochs' times include the others' epoch-end work.
+        # Last of the package's epoch ends: its epochs' times include the others' epoch-end work.
         clock,
+        # When training ends, after the speed is said: the weights kept, before the user's callbacks see them.
+        keeper,
         *callbacks,
     ]
     fit_start = time.time()
@@ -330,19 +340,13 @@ def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epo
     except non_finite_loss.NonFiniteLoss as stop:
         raise non_finite_loss.stop_error(stop_on_non_finite.first_failure() or stop, config) from None
     except Exception as error:
-        lost = distribute.lost_process_error(error, placement, run_folder.read_progress(output).get("epochs_done", 0))
+        lost = distribute.lost_process_error(error, placement, progress.epochs_done)
         if lost is None:
             raise
         raise lost from error
-    fit_seconds = time.time() - fit_start
+    fit_seconds = speed.train_end_time - fit_start  # without the weights kept after the last epoch
     trained_steps = config.total_steps - epochs_done * config.steps_per_epoch
-    speed_report = speed.report(
-        model_flops.mean_training_flops(data.batch_shapes, config.num_layers, config.num_layers, config.d_model,
-                                        config.ff_dim, config.vocabulary_size),
-        devices=placement.devices, device_name=model_flops.accelerator_name(),
-    )
-    log(training_speed.describe(speed_report))
-    kept = model_selection.keep_best(model, output, dev_bleu, config.average_last, log)
+    speed_report, kept = speed.report(), keeper.kept
     dev_loss, dev_accuracy = model.evaluate(dev_data, verbose=0)
     sample = {}
     if dev_bleu:

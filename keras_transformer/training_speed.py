@@ -27,6 +27,13 @@ class TrainingSpeed(keras.callbacks.Callback):
 
     Args:
         steps_per_epoch: int, the steps `fit` runs in an epoch.
+        flops_per_step: model FLOPs of one (global) training step, e.g.
+            `model_flops.mean_training_flops(...)`, or None.
+        devices: int, the devices that share each step.
+        device_name: str, the accelerator's name (its bf16 peak is
+            looked up in `model_flops.PEAK_BF16_FLOPS`), or None.
+        log: callable that gets the one-line `describe(report())` when
+            training ends, or None.
 
     Example:
 
@@ -40,10 +47,15 @@ class TrainingSpeed(keras.callbacks.Callback):
     (3, True)
     """
 
-    def __init__(self, steps_per_epoch):
+    def __init__(self, steps_per_epoch, flops_per_step=None, devices=1, device_name=None, log=None):
         super().__init__()
         self.steps_per_epoch = int(steps_per_epoch)
+        self.flops_per_step = flops_per_step
+        self.devices = devices
+        self.device_name = device_name
+        self.log = log
         self.epoch_seconds = []
+        self.train_end_time = None  # time.time() when fit's epochs (and their end-of-epoch work) were done
         self._start = None
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -73,21 +85,26 @@ class TrainingSpeed(keras.callbacks.Callback):
             return None
         return statistics.median(epochs) / self.steps_per_epoch
 
-    def report(self, flops_per_step, devices=1, device_name=None):
+    def on_train_end(self, logs=None):
+        self.train_end_time = time.time()
+        if self.log is not None:
+            self.log(describe(self.report()))
+
+    def report(self, flops_per_step=None, devices=None, device_name=None):
         """The speed figures of the trainer's summary.
 
         Args:
-            flops_per_step: model FLOPs of one (global) training step, e.g.
-                `model_flops.mean_training_flops(...)`, or None.
-            devices: int, the devices that share each step.
-            device_name: str, the accelerator's name (its bf16 peak is
-                looked up in `model_flops.PEAK_BF16_FLOPS`), or None.
+            flops_per_step, devices, device_name: as the constructor's,
+                which they default to.
 
         Returns:
             A dict: `train_step_seconds`, `timed_epochs`, `model_flops_per_step`,
             `model_flops_per_second`, `device`, `peak_flops` (all devices,
             dense bf16) and `mfu`; a figure that cannot be known is None.
         """
+        flops_per_step = self.flops_per_step if flops_per_step is None else flops_per_step
+        devices = self.devices if devices is None else devices
+        device_name = self.device_name if device_name is None else device_name
         seconds = self.seconds_per_step()
         peak = model_flops.peak_flops(device_name) if device_name else None
         achieved = flops_per_step / seconds if flops_per_step and seconds else None
