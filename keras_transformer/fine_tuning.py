@@ -13,15 +13,16 @@ and exports like any other, and its `config.json` records `start_from`.
 
 Everything here runs before the new run writes anything: a starting
 folder without a model or vocabulary, a model this version cannot read,
-sizes that contradict it, `--from` equal to `--output`, or a corpus the
-vocabulary does not cover stop the command with nothing written.
+sizes that contradict it, or `--from` equal to `--output` stop the command
+with nothing written; so does a corpus the starting vocabulary does not
+cover (`train_input.TrainInput`, given that vocabulary, checks it as it
+reads the corpus).
 """
 
 import dataclasses
 import os
 
 from keras_transformer.errors import UserInputError
-from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
 
 # The fields that define the model's shape: a fine-tuning run takes them
 # from the starting run, and a flag that contradicts one is refused.
@@ -44,11 +45,6 @@ LORA_DEFAULTS = dict(learning_rate=1e-2)
 # paper's W_Q and W_V, and the token embeddings (with tied embeddings, the
 # output projection too), which a shift of vocabulary needs.
 LORA_TARGETS = ("query", "value", "embeddings")
-# Characters of the new corpus that the starting vocabulary cannot spell
-# (they become <unk>): above the first share a warning, above the second
-# the run is refused.
-UNKNOWN_WARNING, UNKNOWN_ERROR = 0.01, 0.5
-_SAMPLE_PAIRS = 5000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +56,6 @@ class StartingRun:
         config: its `config.json`, a dict.
         model_path: its `model.keras`.
         vocabulary_path: its `vocabulary.spm`.
-        vocabulary: that vocabulary, read: a
-            `sentencepiece.SentencePieceProcessor`.
         weights: its model's weights (NumPy arrays, in the model's
             order), once read (`read_starting_run(..., weights=True)`).
     """
@@ -70,7 +64,6 @@ class StartingRun:
     config: dict
     model_path: str
     vocabulary_path: str
-    vocabulary: object = None
     weights: list = None
 
     @property
@@ -80,7 +73,7 @@ class StartingRun:
 
 
 def read_starting_run(folder, output=None, weights=False):
-    """Checks a run folder to start from; reads its config and vocabulary, and on request its weights.
+    """Checks a run folder to start from; reads its config, and on request its weights.
 
     Args:
         folder: the `--from` folder.
@@ -133,11 +126,7 @@ def read_starting_run(folder, output=None, weights=False):
             f"{paths[run_folder.CONFIG_FILE]!r} does not record the model's {', '.join(absent)}: it was not "
             "written by `keras-transformer train`, or by an incompatible version; nothing was changed."
         )
-    try:
-        _, vocabulary = read_vocabulary(paths[run_folder.VOCABULARY_FILE])
-    except (OSError, ValueError) as error:
-        raise UserInputError(f"{paths[run_folder.VOCABULARY_FILE]!r} is unreadable ({error}).") from error
-    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE], vocabulary)
+    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
     return dataclasses.replace(start, weights=read_starting_weights(start)) if weights else start
 
 
@@ -243,78 +232,3 @@ def assign_starting_weights(model, start):
         )
     for variable, value in zip(variables, start.weights):
         variable.assign(value)
-
-
-def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
-    """The share of each side's characters that a vocabulary cannot spell.
-
-    A character the vocabulary has no piece for becomes `<unk>`: the model
-    can neither read it (source) nor write it (target). Counted on the
-    first `sample` pairs, spaces excluded.
-
-    Args:
-        pairs: `TranslationPair`s of the new corpus.
-        vocabulary_path: a `vocabulary.spm`.
-        sample: int, pairs counted.
-
-    Returns:
-        `(source_share, target_share)`, floats in [0, 1].
-
-    Example:
-
-    >>> import tempfile, os
-    >>> from keras_transformer.data.corpus import TranslationPair
-    >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
-    >>> path = os.path.join(tempfile.mkdtemp(), "v.spm")
-    >>> _ = train_tokenizer(["la tierra y el cielo", "the earth and the sky"], 20, path=path)
-    >>> unknown_shares([TranslationPair("1", "", "train", "la tierra", "地球", ("地球",))], path)
-    (0.0, 1.0)
-    """
-    return _unknown_shares(pairs, read_vocabulary(vocabulary_path)[1], sample)
-
-
-def _unknown_shares(pairs, processor, sample=_SAMPLE_PAIRS):
-    from keras_transformer_runtime.special_tokens import UNK_ID
-
-    shares = []
-    for side in ("source", "target"):
-        texts = [getattr(pair, side) for pair in pairs[:sample]]
-        unknown = total = 0
-        # An unknown piece is spelled by its surface text, and its id is <unk>'s.
-        for ids, pieces in zip(processor.encode(texts, out_type=int), processor.encode(texts, out_type=str)):
-            for id_, piece in zip(ids, pieces):
-                characters = len(piece.replace("\u2581", "").replace(" ", ""))
-                total += characters
-                if id_ == UNK_ID:
-                    unknown += characters
-        shares.append(unknown / total if total else 0.0)
-    return tuple(shares)
-
-
-def check_vocabulary_fits(pairs, start, log=print):
-    """Says how much of the new corpus the starting vocabulary cannot spell; refuses a corpus it cannot read.
-
-    Raises:
-        UserInputError: more than `UNKNOWN_ERROR` of a side's characters
-            are unknown to the vocabulary.
-    """
-    source, target = _unknown_shares(pairs, start.vocabulary)
-    log(f"vocabulary of {start.folder}: {source:.2%} of the source and {target:.2%} of the target characters "
-        "are unknown to it (<unk>)")
-    worst = max(source, target)
-    if worst > UNKNOWN_ERROR:
-        raise UserInputError(
-            f"the vocabulary of --from {start.folder!r} cannot spell {worst:.0%} of the new corpus' "
-            f"{'source' if source >= target else 'target'} characters (another script or language?): "
-            "fine-tuning would learn <unk>. Train a new model on this corpus instead (no --from); nothing was written."
-        )
-    if worst > UNKNOWN_WARNING:
-        import warnings
-
-        warnings.warn(
-            f"the vocabulary of --from {start.folder!r} cannot spell {worst:.1%} of the new corpus' "
-            f"{'source' if source >= target else 'target'} characters; they become <unk> in training and "
-            "translations. A model trained on this corpus from scratch has its own vocabulary.",
-            stacklevel=2,
-        )
-    return source, target

@@ -22,11 +22,15 @@ Two modes, chosen by `stream` (`--stream`), never by size:
 
 Either way the vocabulary is learned from at most `vocabulary_sample`
 sentences of the train split (`data.corpus_scan.vocabulary_texts`), the
-same sample in both modes.
+same sample in both modes; or, for a fine-tuned run, it is the starting
+run's (`vocabulary_from`), which must be able to spell the corpus
+(`check_vocabulary_covers`).
 """
 
 import collections
 import dataclasses
+import os
+import shutil
 
 import keras
 import numpy as np
@@ -35,6 +39,13 @@ from keras_transformer import distribute
 from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import tensorflow_imports
+from keras_transformer_runtime.run_files import VOCABULARY_FILE
+
+# Characters of a corpus that a given vocabulary (a fine-tuned run's) cannot
+# spell (they become <unk>): above the first share a warning, above the
+# second the run is refused.
+UNKNOWN_WARNING, UNKNOWN_ERROR = 0.01, 0.5
+_SAMPLE_PAIRS = 5000
 
 
 @dataclasses.dataclass
@@ -113,6 +124,9 @@ class TrainInput:
         input_pipeline: `"auto"`, `"tf.data"` or `"python"` (as
             `TrainConfig.input_pipeline`).
         vocabulary_size: int, the pieces of the vocabulary learned.
+        vocabulary_from: None (learn a vocabulary), or the run folder
+            whose `vocabulary.spm` this run keeps (`--from`): the corpus
+            read is checked against it, and it is copied, not learned.
         placement: the run's `distribute.Placement`: batches are cut to
             its data-parallel replicas, and a host of several streams its
             own share.
@@ -136,39 +150,54 @@ class TrainInput:
     vocabulary_sample: int = DEFAULT_VOCABULARY_SAMPLE
     input_pipeline: str = "auto"
     vocabulary_size: int = 8000
+    vocabulary_from: str = None
     placement: distribute.Placement = dataclasses.field(default_factory=distribute.Placement)
 
-    def read_corpus(self):
+    def read_corpus(self, log=print):
         """Reads (or, streamed, scans) the corpus; nothing is written.
+
+        With `vocabulary_from`, says how much of the corpus that vocabulary
+        cannot spell (`check_vocabulary_covers`).
+
+        Args:
+            log: callable for one-line messages.
 
         Returns:
             A `CorpusData`.
 
         Raises:
             UserInputError: a bad line (file and line named), no train or no
-                dev pairs.
+                dev pairs, or a corpus the given vocabulary cannot spell.
         """
         from keras_transformer.data import corpus_scan
 
         if self.stream:
             scan = corpus_scan.scan_corpus(self.corpus, self.vocabulary_sample, self.seed)
             scan.splits.require("dev")
-            return CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts, scan.train_lines)
-        splits = self.corpus.read()
-        train = splits.require("train")
-        splits.require("dev")
-        return CorpusData(
-            splits, len(train), lambda: corpus_scan.vocabulary_texts(train, self.vocabulary_sample, self.seed)
-        )
+            corpus_data = CorpusData(scan.splits, scan.train_pairs, lambda: scan.vocabulary_texts, scan.train_lines)
+        else:
+            splits = self.corpus.read()
+            train = splits.require("train")
+            splits.require("dev")
+            corpus_data = CorpusData(
+                splits, len(train), lambda: corpus_scan.vocabulary_texts(train, self.vocabulary_sample, self.seed)
+            )
+        if self.vocabulary_from is not None:
+            splits = corpus_data.splits  # streamed: no train pairs held, the dev pairs stand for them
+            check_vocabulary_covers(splits["train"] or splits["dev"], self.vocabulary_from, log)
+        return corpus_data
 
-    def learn_vocabulary(self, corpus_data, path):
-        """Trains the joint SentencePiece vocabulary of `vocabulary_size` pieces into `path`.
+    def write_vocabulary(self, corpus_data, path):
+        """Writes the run's vocabulary into `path`: `vocabulary_from`'s, or one of `vocabulary_size` pieces learned.
 
         Raises:
             UserInputError: the corpus cannot make that many pieces.
         """
         from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
 
+        if self.vocabulary_from is not None:
+            shutil.copyfile(os.path.join(self.vocabulary_from, VOCABULARY_FILE), path)
+            return
         try:
             train_tokenizer(corpus_data.vocabulary_texts(), self.vocabulary_size, path=path)
         except ValueError as error:  # e.g. more pieces than the corpus supports
@@ -301,4 +330,85 @@ class TrainInput:
         return dataset if hosts > 1 else distribute.for_devices(dataset, placement)
 
 
-__all__ = ["CorpusData", "TrainData", "TrainInput", "token_statistics"]
+def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
+    """The share of each side's characters that a vocabulary cannot spell.
+
+    A character the vocabulary has no piece for becomes `<unk>`: the model
+    can neither read it (source) nor write it (target). Counted on the
+    first `sample` pairs, spaces excluded.
+
+    Args:
+        pairs: `TranslationPair`s of the corpus.
+        vocabulary_path: a `vocabulary.spm`.
+        sample: int, pairs counted.
+
+    Returns:
+        `(source_share, target_share)`, floats in [0, 1].
+
+    Example:
+
+    >>> import tempfile, os
+    >>> from keras_transformer.data.corpus import TranslationPair
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
+    >>> path = os.path.join(tempfile.mkdtemp(), "v.spm")
+    >>> _ = train_tokenizer(["la tierra y el cielo", "the earth and the sky"], 20, path=path)
+    >>> unknown_shares([TranslationPair("1", "", "train", "la tierra", "地球", ("地球",))], path)
+    (0.0, 1.0)
+    """
+    from keras_transformer_runtime.sentence_piece_tokenizer import read_vocabulary
+    from keras_transformer_runtime.special_tokens import UNK_ID
+
+    _, processor = read_vocabulary(vocabulary_path)
+    shares = []
+    for side in ("source", "target"):
+        texts = [getattr(pair, side) for pair in pairs[:sample]]
+        unknown = total = 0
+        # An unknown piece is spelled by its surface text, and its id is <unk>'s.
+        for ids, pieces in zip(processor.encode(texts, out_type=int), processor.encode(texts, out_type=str)):
+            for id_, piece in zip(ids, pieces):
+                characters = len(piece.replace("\u2581", "").replace(" ", ""))
+                total += characters
+                if id_ == UNK_ID:
+                    unknown += characters
+        shares.append(unknown / total if total else 0.0)
+    return tuple(shares)
+
+
+def check_vocabulary_covers(pairs, run, log=print):
+    """Says how much of a corpus the vocabulary of `run` (`--from`) cannot spell; refuses a corpus it cannot read.
+
+    Args:
+        pairs: `TranslationPair`s of the corpus.
+        run: the run folder whose `vocabulary.spm` is checked.
+        log: callable for the one-line figure.
+
+    Returns:
+        `(source_share, target_share)`, as `unknown_shares`.
+
+    Raises:
+        UserInputError: more than `UNKNOWN_ERROR` of a side's characters
+            are unknown to the vocabulary.
+    """
+    source, target = unknown_shares(pairs, os.path.join(run, VOCABULARY_FILE))
+    log(f"vocabulary of {run}: {source:.2%} of the source and {target:.2%} of the target characters "
+        "are unknown to it (<unk>)")
+    worst = max(source, target)
+    if worst > UNKNOWN_ERROR:
+        raise UserInputError(
+            f"the vocabulary of --from {run!r} cannot spell {worst:.0%} of the new corpus' "
+            f"{'source' if source >= target else 'target'} characters (another script or language?): "
+            "fine-tuning would learn <unk>. Train a new model on this corpus instead (no --from); nothing was written."
+        )
+    if worst > UNKNOWN_WARNING:
+        import warnings
+
+        warnings.warn(
+            f"the vocabulary of --from {run!r} cannot spell {worst:.1%} of the new corpus' "
+            f"{'source' if source >= target else 'target'} characters; they become <unk> in training and "
+            "translations. A model trained on this corpus from scratch has its own vocabulary.",
+            stacklevel=2,
+        )
+    return source, target
+
+
+__all__ = ["CorpusData", "TrainData", "TrainInput", "check_vocabulary_covers", "token_statistics", "unknown_shares"]

@@ -34,7 +34,6 @@ settings are a `TrainConfig` (`train_config`).
 import dataclasses
 import math
 import os
-import shutil
 import time
 
 import keras
@@ -208,19 +207,13 @@ def train_translator(
         corpus, max_length=config.max_length, batch_tokens=config.batch_tokens, bucket=config.bucket,
         bucket_width=config.bucket_width, seed=config.seed, stream=config.stream,
         vocabulary_sample=config.vocabulary_sample, input_pipeline=config.input_pipeline,
-        vocabulary_size=config.vocabulary_size, placement=placement,
+        vocabulary_size=config.vocabulary_size, vocabulary_from=config.start_from, placement=placement,
     )
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
     # Streamed (--stream), it is scanned once instead, keeping what is small.
     with phase("load"):
-        corpus_data = inputs.read_corpus()
-    if start is not None:
-        splits = corpus_data.splits
-        fine_tuning.check_vocabulary_fits(splits["train"] or splits["dev"], start, log)
-    recorded_epochs = run_folder.prepare_output(
-        config.output, dataclasses.asdict(config), config.total_steps, overwrite, process_id, num_processes
-    )
+        corpus_data = inputs.read_corpus(log)
     # Set either way and restored after: a policy left by an earlier run in
     # the process (or reset by keras.backend.clear_session()) must not decide this one's.
     previous_policy = keras.config.dtype_policy()
@@ -231,16 +224,17 @@ def train_translator(
         # Before the model is built: its variables are created sharded.
         keras.distribution.set_distribution(placement.distribution)
     try:
-        return _train(config, model_arguments, inputs, corpus_data, placement, recorded_epochs, start_time, verbose,
-                      log, callbacks, start)
+        return _train(config, model_arguments, inputs, corpus_data, placement, start, start_time,
+                      overwrite=overwrite, process=(process_id, num_processes), verbose=verbose, log=log,
+                      callbacks=callbacks)
     finally:
         keras.config.set_dtype_policy(previous_policy)
         if placement.distribution:
             keras.distribution.set_distribution(previous_distribution)
 
 
-def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epochs, start_time, verbose, log,
-           callbacks, start):
+def _train(config, model_arguments, inputs, corpus_data, placement, start, start_time, *, overwrite, process, verbose,
+           log, callbacks):
     from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
 
     output = config.output
@@ -250,6 +244,10 @@ def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epo
             fine_tuning.assign_starting_weights(model, start)
         if config.lora_rank:
             lora.enable_lora_on(model, config.lora_rank, config.lora_targets or fine_tuning.LORA_TARGETS)
+        # The output folder is touched only once the model is built and holds its starting weights.
+        recorded_epochs = run_folder.prepare_output(
+            output, dataclasses.asdict(config), config.total_steps, overwrite, *process
+        )
         run_folder.check_free_space(output, model.count_params(), config.average_last if config.average_last > 1 else 0)
         epochs_done = run_folder.restore_point(model, output, config.steps_per_epoch, recorded_epochs, log, placement)
     random_states = run_folder.read_progress(output).get("random_states")
@@ -257,10 +255,8 @@ def _train(config, model_arguments, inputs, corpus_data, placement, recorded_epo
 
     vocabulary_path = os.path.join(output, run_folder.VOCABULARY_FILE)
     with phase("load"):
-        if start is not None:
-            shutil.copyfile(start.vocabulary_path, vocabulary_path)
-        elif epochs_done == 0 or not os.path.exists(vocabulary_path):
-            inputs.learn_vocabulary(corpus_data, vocabulary_path)
+        if inputs.vocabulary_from or epochs_done == 0 or not os.path.exists(vocabulary_path):
+            inputs.write_vocabulary(corpus_data, vocabulary_path)
         data = inputs.train_data(corpus_data, vocabulary_path, epochs_done * config.steps_per_epoch, log)
     train_data, dev_data, dev_pairs = data.train, data.dev, corpus_data.splits["dev"]
 

@@ -212,19 +212,17 @@ def test_a_corpus_the_vocabulary_cannot_spell_is_refused(trained_run, tmp_path):
 
 @pytest.mark.backend_independent
 def test_the_vocabulary_share_is_logged_and_a_high_one_warns(trained_run, kjv, tmp_path):
-    from keras_transformer import fine_tuning
-
-    start = fine_tuning.read_starting_run(str(trained_run))
+    from keras_transformer import train_input
     from keras_transformer.data.parallel_corpus import ParallelCorpus
 
     pairs = ParallelCorpus(kjv["train"]).read()["train"]
     lines = []
-    shares = fine_tuning.check_vocabulary_fits(pairs, start, lines.append)
-    assert all(0.0 <= share < fine_tuning.UNKNOWN_WARNING for share in shares)
+    shares = train_input.check_vocabulary_covers(pairs, str(trained_run), lines.append)
+    assert all(0.0 <= share < train_input.UNKNOWN_WARNING for share in shares)
     assert "unknown to it" in lines[0]
     odd = [dataclasses.replace(pair, target=pair.target + " ☃☃☃☃☃☃☃☃☃☃") for pair in pairs]
     with pytest.warns(UserWarning, match="cannot spell"):
-        fine_tuning.check_vocabulary_fits(odd, start, lines.append)
+        train_input.check_vocabulary_covers(odd, str(trained_run), lines.append)
 
 
 @pytest.mark.backend_independent
