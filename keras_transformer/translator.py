@@ -14,6 +14,7 @@ import numpy as np
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
+from keras_transformer.decoding import n_best_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
@@ -202,6 +203,12 @@ class Translator(TextTranslator):
             )
         return beam_search(
             self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+        )
+
+    def _decode_n_best(self, source, n):
+        return n_best_search(
+            self.decoder, source, int(n), self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
 

@@ -312,6 +312,18 @@ def build_parser():
                         help="quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the "
                              "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
                              "about 0.6 BLEU (docs/keras-workflows.md)")
+    translate.add_argument("--n-best", type=_positive_int, metavar="N",
+                           help="the N best translations of each input with their scores, N lines "
+                                "`INPUT ||| TEXT ||| SCORE ||| NORMALIZED` an input (INPUT counts from 0, SCORE is "
+                                "the log-probability, NORMALIZED the length-normalized score the beam ranked by); "
+                                "at most --beam; runs the Keras model")
+    translate.add_argument("--format", choices=("text", "jsonl"), default="text",
+                           help="text: a translation a line (or the --n-best lines); jsonl: a JSON object an input, "
+                                "with source and hypotheses (text, score, normalized_score), as "
+                                "Translator.n_best gives them; runs the Keras model")
+    translate.add_argument("--token-scores", action="store_true",
+                           help="with --n-best or --format jsonl: each hypothesis' subword pieces and their "
+                                "log-probabilities too")
     _add_engine_argument(translate)
     translate.add_argument("--invalid-input", choices=("skip", "replace"), default="skip",
                            help="a line that is not UTF-8 or holds a NUL byte: skip it (an empty output line, "
@@ -397,6 +409,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     verbose = args.verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     args.start_keras = lambda: startup.start_keras(args, verbose)
+    if args.command == "translate":
+        if args.n_best and args.n_best > args.beam:
+            parser.error(f"--n-best {args.n_best} is more than the --beam {args.beam} hypotheses kept.")
+        if args.token_scores and not (args.n_best or args.format == "jsonl"):
+            parser.error("--token-scores adds to the scores of --n-best or --format jsonl: give one of them.")
     if hasattr(args, "engine"):
         args.engine = startup.translation_engine(args, parser)
     results = sys.stdout

@@ -102,6 +102,7 @@ def translate(args, out):
     else:
         batches = arriving_batches(sys.stdin.buffer)
         decode = decode_line
+    scored = args.n_best or args.format == "jsonl"
     skipped = replaced = 0
     for batch in batches:
         texts = []
@@ -115,9 +116,14 @@ def translate(args, out):
             replaced += was_replaced
             texts.append(text)
         with phase("work"):
-            translations = iter(translator([text for text in texts if text is not None]))
-        for text in texts:
-            print("" if text is None else next(translations), file=out)
+            given = [text for text in texts if text is not None]
+            translations = iter(translator.n_best(given, args.n_best or 1) if scored else translator(given))
+        for (number, _), text in zip(batch, texts):
+            translation = None if text is None else next(translations)
+            if scored:
+                _print_scored(translation, number - 1, args, out)
+            else:
+                print("" if text is None else translation, file=out)
         out.flush()
     if replaced:
         print(f"keras-transformer: {replaced} lines held bytes that are not UTF-8 (or NUL); they were replaced "
@@ -126,6 +132,20 @@ def translate(args, out):
         print(f"keras-transformer: {skipped} lines were skipped (an empty line in their place); "
               "--invalid-input replace translates them with U+FFFD for the bad bytes.", file=sys.stderr)
     return 1 if skipped else 0
+
+
+def _print_scored(translation, index, args, out):
+    """One input's `--format jsonl` object, or its `--n-best` lines (none for a skipped line)."""
+    if args.format == "jsonl":
+        record = translation.to_json(args.token_scores) if translation else {"source": None, "hypotheses": []}
+        print(json.dumps(record, ensure_ascii=False), file=out)
+        return
+    for hypothesis in translation.hypotheses if translation else ():
+        line = f"{index} ||| {hypothesis.text} ||| {hypothesis.score:.4f} ||| {hypothesis.normalized_score:.4f}"
+        if args.token_scores:
+            line += " ||| " + " ".join(f"{token}={score:.4f}"
+                                       for token, score in zip(hypothesis.tokens, hypothesis.token_scores))
+        print(line, file=out)
 
 
 def evaluate(args, out):

@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from keras_transformer_runtime.hypotheses import Hypothesis
+from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import UNK_ID
 
@@ -93,7 +95,7 @@ class TextTranslator:
                 f"{too_long} of {len(ids)} inputs are longer than max_length="
                 f"{self.max_length} tokens and were truncated.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         return [row[: self.max_length] for row in ids]
 
@@ -149,7 +151,7 @@ class TextTranslator:
                 "mostly unknown to the vocabulary, so the translation is a guess: "
                 + "; ".join(unknown[:shown]) + more + ".",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
     def _detokenize(self, generated):
@@ -179,21 +181,52 @@ class TextTranslator:
             TypeError: `texts` is neither a string, bytes nor an iterable of
                 them.
         """
-        single = isinstance(texts, (str, bytes))
-        if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
-            raise TypeError(
-                f"texts must be a string, bytes or a list of them, got {type(texts).__name__}."
-            )
-        texts = [texts] if single else list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, (str, bytes)):
-                raise TypeError(
-                    f"texts must be a string, bytes or a list of them, but texts[{i}] is "
-                    f"{type(text).__name__} ({text!r:.40})."
-                )
-        texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
-        texts = _without_lone_surrogates(texts)
-        outputs = [""] * len(texts)
+        single, texts = _checked_texts(texts)
+        outputs = self._in_batches(
+            texts, lambda source, count: self._detokenize(self._decode(source)[:count]), progress
+        )
+        outputs = ["" if output is None else output for output in outputs]
+        return outputs[0] if single else outputs
+
+    def n_best(self, texts, n, progress=None):
+        """The `n` best translations of each of `texts`, with their scores (`hypotheses.Translation`).
+
+        The first hypothesis of each is what calling the translator gives
+        with the same settings. An empty text has one hypothesis, `""`,
+        scored 0. Scores are log-probabilities (see
+        `keras_transformer.decoding.n_best`).
+
+        Args:
+            texts: a string, bytes, or a list of them.
+            n: int, hypotheses per text, at most the beam's width.
+            progress: as when calling the translator.
+
+        Returns:
+            A list of `Translation`s (a single one for a single input).
+
+        Raises:
+            TypeError: as when calling the translator.
+            ValueError: `n` is not an int in `[1, beam width]`.
+        """
+        beam_width = getattr(self, "beam_width", 1)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= beam_width:
+            raise ValueError(f"n must be an int from 1 to the beam's width, {beam_width}; got n={n!r}.")
+        single, texts = _checked_texts(texts)
+        outputs = self._in_batches(
+            texts, lambda source, count: self._hypotheses(self._decode_n_best(source, int(n)), count), progress
+        )
+        translations = [
+            Translation(text, tuple(hypotheses) if hypotheses is not None else (Hypothesis("", 0.0, 0.0),))
+            for text, hypotheses in zip(texts, outputs)
+        ]
+        return translations[0] if single else translations
+
+    def _in_batches(self, texts, translate_batch, progress):
+        """`translate_batch(source, count)` over `texts` in sorted batches, back in input order.
+
+        A blank text gets None, and no batch.
+        """
+        outputs = [None] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if progress is not None and len(todo) < len(texts):
             progress(len(texts) - len(todo))
@@ -205,15 +238,57 @@ class TextTranslator:
             rows = self.batch_size if len(todo) > self.batch_size else None
             for start in range(0, len(todo), self.batch_size):
                 batch = todo[start : start + self.batch_size]
-                generated = self._decode(self._padded_batch([ids[i] for i in batch], rows))[: len(batch)]
-                for i, text in zip(batch, self._detokenize(generated)):
-                    outputs[i] = text
+                for i, output in zip(batch, translate_batch(self._padded_batch([ids[i] for i in batch], rows),
+                                                            len(batch))):
+                    outputs[i] = output
                 if progress is not None:
                     progress(len(batch))
-        return outputs[0] if single else outputs
+        return outputs
+
+    def _hypotheses(self, n_best, count):
+        """Each of the first `count` rows' hypotheses, from `_decode_n_best`'s arrays; dead beams left out."""
+        rows = []
+        for tokens, scores, normalized, token_scores in zip(*(np.asarray(array)[:count] for array in n_best)):
+            hypotheses = []
+            for ids, score, normalized_score, piece_scores in zip(tokens, scores, normalized, token_scores):
+                if not np.isfinite(score):
+                    continue
+                ids = [int(token) for token in ids]
+                length = ids.index(END_ID) + 1 if END_ID in ids else len(ids)
+                hypotheses.append(Hypothesis(
+                    self._detokenize([ids[:length]])[0], float(score), float(normalized_score),
+                    tuple(str(self.tokenizer.id_to_token(token)) for token in ids[:length]),
+                    tuple(float(value) for value in piece_scores[:length]),
+                ))
+            rows.append(hypotheses)
+        return rows
+
+    def _decode_n_best(self, source, n):
+        raise NotImplementedError(
+            f"{type(self).__name__} gives one translation per input; n-best lists need the Keras model "
+            "(keras_transformer.translator.Translator, or --engine keras)."
+        )
 
     def _decode(self, source):
         raise NotImplementedError(f"{type(self).__name__} must define _decode(source) -> generated ids.")
+
+
+def _checked_texts(texts):
+    """`(single, texts)`: whether one text was given, and the texts as a list of `str` (see `TextTranslator`)."""
+    single = isinstance(texts, (str, bytes))
+    if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
+        raise TypeError(
+            f"texts must be a string, bytes or a list of them, got {type(texts).__name__}."
+        )
+    texts = [texts] if single else list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, (str, bytes)):
+            raise TypeError(
+                f"texts must be a string, bytes or a list of them, but texts[{i}] is "
+                f"{type(text).__name__} ({text!r:.40})."
+            )
+    texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
+    return single, _without_lone_surrogates(texts)
 
 
 def _without_lone_surrogates(texts):
@@ -233,7 +308,7 @@ def _without_lone_surrogates(texts):
         cleaned.append(text)
     if replaced:
         warnings.warn(f"{replaced} of {len(texts)} inputs held bytes that are not UTF-8 (lone surrogates); "
-                      "they were replaced by U+FFFD.", UserWarning, stacklevel=3)
+                      "they were replaced by U+FFFD.", UserWarning, stacklevel=4)
     return cleaned
 
 

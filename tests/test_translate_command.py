@@ -216,7 +216,7 @@ def test_any_bytes_on_stdin_give_one_output_line_per_input_line_and_no_traceback
     monkeypatch.setattr(commands, "_translator", lambda args: front_end)
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(raw)))
     out = io.StringIO()
-    args = types.SimpleNamespace(text=[], invalid_input=invalid)
+    args = types.SimpleNamespace(text=[], invalid_input=invalid, n_best=None, format="text", token_scores=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         status = commands.translate(args, out)

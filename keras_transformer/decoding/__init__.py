@@ -5,7 +5,8 @@ uncached baseline `UncachedDecoder`) turns a model built by
 `keras_transformer.models.transformer` into `start` and `next_logits`
 steps; `sampler.search_tensors` runs them in one `keras.ops.while_loop`,
 and greedy and beam search differ only in the choice that picks the next
-tokens (`GreedyChoice`, `BeamChoice`). The `Translator` and the SavedModel
+tokens (`GreedyChoice`, `BeamChoice`; `NBestChoice` keeps the n best
+with their scores). The `Translator` and the SavedModel
 export run the same loop.
 
 Example:
@@ -23,6 +24,8 @@ Example:
 from keras_transformer.decoding.cached_decoder import CachedDecoder
 from keras_transformer.decoding.cached_decoder import DecoderState
 from keras_transformer.decoding.checks import check_encoder_tokens
+from keras_transformer.decoding.n_best import NBest
+from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.sampler import BeamChoice
 from keras_transformer.decoding.sampler import GreedyChoice
 from keras_transformer.decoding.sampler import compile_function
@@ -32,6 +35,7 @@ from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import greedy_search_uncached
+from keras_transformer.decoding.search import n_best_search
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
 
 __all__ = [
@@ -39,6 +43,8 @@ __all__ = [
     "CachedDecoder",
     "DecoderState",
     "GreedyChoice",
+    "NBest",
+    "NBestChoice",
     "UncachedDecoder",
     "beam_search",
     "check_encoder_tokens",
@@ -46,6 +52,7 @@ __all__ = [
     "greedy_search",
     "greedy_search_uncached",
     "mask_forbidden_tokens",
+    "n_best_search",
     "run_search",
     "search_tensors",
 ]

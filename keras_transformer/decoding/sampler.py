@@ -411,7 +411,13 @@ def compiles_loop(decoder):
     return bool(getattr(decoder, "jit_compile", False)) or keras.backend.backend() == "jax"
 
 
-def _loop(decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size):
+def search_loop(decoder, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
+    """`search_tensors` for `decoder` and these settings, compiled (and kept) where `compiles_loop`.
+
+    Returns:
+        A function of the int32 encoder tokens, returning what
+        `search_tensors` returns.
+    """
     run = functools.partial(
         search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end,
         no_repeat_ngram_size=no_repeat_ngram_size,
@@ -452,6 +458,6 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     ...            max_new_tokens=4, stop_at_end=False).shape
     (1, 4)
     """
-    loop = _loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size))
+    loop = search_loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size))
     generated, steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
     return ops.convert_to_numpy(generated)[:, : int(ops.convert_to_numpy(steps))]

@@ -1,4 +1,6 @@
-"""Greedy and beam search: checked entry points to the one decoding loop."""
+"""Greedy and beam search, and n-best lists: checked entry points to the one decoding loop."""
+
+from keras import ops
 
 from keras_transformer.decoding.checks import check_decoder
 from keras_transformer.decoding.checks import check_encoder_tokens
@@ -6,7 +8,10 @@ from keras_transformer.decoding.checks import check_int
 from keras_transformer.decoding.checks import check_max_new_tokens
 from keras_transformer.decoding.sampler import BeamChoice
 from keras_transformer.decoding.sampler import GreedyChoice
+from keras_transformer.decoding.n_best import NBest
+from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.sampler import run_search
+from keras_transformer.decoding.sampler import search_loop
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
 
 
@@ -105,6 +110,58 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     encoder_tokens, max_new_tokens = _checked("beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
     return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size)
+
+
+def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, max_new_tokens=None,
+                  no_repeat_ngram_size=0):
+    """The `n` best hypotheses of each source, with their scores, from beam search on the KV cache.
+
+    The same loop as `beam_search`, with an `NBestChoice`; the first
+    hypothesis of each source is `beam_search`'s output.
+
+    Args:
+        decoder: a `CachedDecoder`.
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+        n: int in `[1, beam_width]`, hypotheses per source.
+        beam_width, length_penalty, max_new_tokens, no_repeat_ngram_size:
+            as `beam_search`.
+
+    Returns:
+        An `NBest` of NumPy arrays.
+
+    Raises:
+        TypeError, ValueError: as `beam_search`, and for an `n` that is not
+            an int in `[1, beam_width]`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> decoder, source = CachedDecoder(model), np.array([[5, 6, 0], [7, 0, 0]])
+    >>> best = n_best_search(decoder, source, n=3, beam_width=3, max_new_tokens=5)
+    >>> best.tokens.shape[:2], best.scores.shape
+    ((2, 3), (2, 3))
+    >>> bool((best.tokens[:, 0] == beam_search(decoder, source, beam_width=3, max_new_tokens=5)).all())
+    True
+    """
+    check_int("n_best_search", "beam_width", beam_width, 1)
+    check_int("n_best_search", "n", n, 1)
+    check_int("n_best_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    if n > beam_width:
+        raise ValueError(f"n_best_search keeps beam_width={beam_width} hypotheses per source: n={n} is more.")
+    encoder_tokens, max_new_tokens = _checked("n_best_search", decoder, encoder_tokens, max_new_tokens)
+    choice = NBestChoice(width=beam_width, length_penalty=float(length_penalty), n=int(n),
+                         max_new_tokens=max_new_tokens)
+    loop = search_loop(decoder, choice, max_new_tokens, no_repeat_ngram_size=int(no_repeat_ngram_size))
+    (tokens, scores, normalized, token_scores), steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+    steps = int(ops.convert_to_numpy(steps))
+    return NBest(
+        ops.convert_to_numpy(tokens)[:, :, :steps], ops.convert_to_numpy(scores),
+        ops.convert_to_numpy(normalized), ops.convert_to_numpy(token_scores)[:, :, :steps],
+    )
 
 
 def greedy_search_uncached(model, encoder_tokens, max_new_tokens, stop_at_end=True, jit_compile=False):

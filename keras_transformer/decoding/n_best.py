@@ -1,0 +1,97 @@
+"""N-best lists: each source's best hypotheses of a beam search, with their scores.
+
+`NBestChoice` is a `BeamChoice` that also keeps, for every hypothesis, the
+log-probability of each token it chose; `search.n_best_search` runs the
+one decoding loop with it and returns the `n` best hypotheses of each
+source, best first (an `NBest`). The first is exactly `beam_search`'s output for the same
+settings.
+
+A score is a log-probability under the distribution the search draws
+from: the model's, without the tokens no output may hold (padding and the
+start token, `sampler.mask_forbidden_tokens`, and under the loop guard a
+token that would repeat an n-gram). A hypothesis' `score` is the sum of its
+token scores (`END_ID` included, the padding after it at no cost); its
+`normalized_score` is what the beam ranks by, `score / ((5 + length) / 6)
+** length_penalty` (`BeamChoice`).
+"""
+
+import collections
+import dataclasses
+
+from keras import ops
+
+from keras_transformer.decoding.sampler import BeamChoice
+
+NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores"))
+NBest.__doc__ = """The n best hypotheses of each source, best first (NumPy arrays).
+
+Fields:
+    tokens: int `(batch, n, steps)`, as `beam_search` gives them.
+    scores: float `(batch, n)`, each hypothesis' log-probability.
+    normalized_scores: float `(batch, n)`, the length-normalized score the beam ranked by.
+    token_scores: float `(batch, n, steps)`, each token's log-probability (0 after `END_ID`).
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class NBestChoice(BeamChoice):
+    """A `BeamChoice` that keeps each hypothesis' token scores and returns the `n` best.
+
+    Args:
+        width: int, hypotheses per source.
+        length_penalty: float alpha; 0 ranks by raw log-probability.
+        n: int in `[1, width]`, hypotheses returned per source.
+        max_new_tokens: int, the decoding loop's columns.
+
+    Example:
+
+    >>> choice = NBestChoice(width=2, n=2, max_new_tokens=3)
+    >>> scores, lengths, token_scores, index = choice.initial_state(2)
+    >>> tuple(token_scores.shape)
+    (2, 3)
+    """
+
+    n: int = 1
+    max_new_tokens: int = 1
+
+    def initial_state(self, rows):
+        """`(scores, lengths, token_scores, index)`: `BeamChoice`'s, the token scores so far and the step."""
+        return (*super().initial_state(rows), ops.zeros((rows, self.max_new_tokens), "float32"),
+                ops.convert_to_tensor(0, "int32"))
+
+    def choose(self, logits, finished, state):
+        """`BeamChoice.choose`, writing each kept hypothesis' new token score at this step's column."""
+        scores, lengths, token_scores, index = state
+        next_tokens, parents, (new_scores, new_lengths) = super().choose(logits, finished, (scores, lengths))
+        # A dead hypothesis (fewer live ones than `width`) stays at -inf, not -inf - -inf.
+        step_scores = ops.where(
+            ops.isfinite(new_scores), new_scores - ops.take(scores, parents, axis=0), float("-inf")
+        )
+        columns = ops.arange(self.max_new_tokens, dtype="int32")
+        token_scores = ops.where(
+            ops.equal(columns[None, :], index), step_scores[:, None], ops.take(token_scores, parents, axis=0)
+        )
+        return next_tokens, parents, (new_scores, new_lengths, token_scores, index + 1)
+
+    def best(self, generated, state):
+        """`(tokens, scores, normalized_scores, token_scores)` of each group's `n` best rows, best first.
+
+        The first is `BeamChoice.best`'s row (the lowest of tied rows), the
+        others follow by normalized score.
+        """
+        scores, lengths, token_scores, _ = state
+        penalty = ops.power((5.0 + lengths) / 6.0, self.length_penalty)
+        normalized = ops.reshape(scores / penalty, (-1, self.width))
+        order = ops.cast(ops.argmax(normalized, axis=-1), "int32")[:, None]
+        if self.n > 1:
+            rest = ops.where(ops.equal(ops.arange(self.width, dtype="int32")[None, :], order), float("-inf"),
+                             normalized)
+            order = ops.concatenate([order, ops.cast(ops.top_k(rest, self.n - 1)[1], "int32")], axis=1)
+        groups = ops.shape(normalized)[0]
+        rows = ops.reshape(ops.arange(groups, dtype="int32")[:, None] * self.width + order, (-1,))
+
+        def take(values):
+            picked = ops.take(values, rows, axis=0)
+            return ops.reshape(picked, (groups, self.n, *picked.shape[1:]))
+
+        return take(generated), take(scores), take(ops.reshape(normalized, (-1,))), take(token_scores)

@@ -1,0 +1,74 @@
+"""What a translator gives beyond the text: its hypotheses with their scores.
+
+`TextTranslator.n_best` returns one `Translation` per input: the source
+and its best hypotheses, best first, each a `Hypothesis` with its
+log-probability score, the length-normalized score the beam ranked it by,
+and each token's score. `Translation.to_json()` is the object
+`keras-transformer translate --format jsonl` writes, one per line.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    """One translation of a source, with its scores.
+
+    Args:
+        text: the translation.
+        score: float, its log-probability: the sum of `token_scores`.
+        normalized_score: float, `score / ((5 + length) / 6) ** alpha`,
+            what the beam ranked it by (`length` counts its tokens with
+            the end token).
+        tokens: tuple of str, its subword pieces, the end token (`"</s>"`)
+            last when it was generated.
+        token_scores: tuple of float, each piece's log-probability.
+
+    Example:
+
+    >>> Hypothesis("Let there be light.", -1.5, -0.9, ("▁Let", "</s>"), (-1.0, -0.5)).to_json()["score"]
+    -1.5
+    """
+
+    text: str
+    score: float
+    normalized_score: float
+    tokens: tuple = ()
+    token_scores: tuple = ()
+
+    def to_json(self, token_scores=True):
+        """A dict of plain values (`json.dumps` takes it); without the tokens and their scores if asked."""
+        value = {"text": self.text, "score": self.score, "normalized_score": self.normalized_score}
+        if token_scores:
+            value.update(tokens=list(self.tokens), token_scores=list(self.token_scores))
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """A source and its hypotheses, best first.
+
+    Args:
+        source: the input text.
+        hypotheses: tuple of `Hypothesis`, best first; the first is the
+            translation the translator returns when called.
+
+    Example:
+
+    >>> translation = Translation("Sea la luz.", (Hypothesis("Let there be light.", -1.5, -0.9),))
+    >>> translation.text, translation.to_json(token_scores=False)["hypotheses"][0]["text"]
+    ('Let there be light.', 'Let there be light.')
+    """
+
+    source: str
+    hypotheses: tuple
+
+    @property
+    def text(self):
+        """The best hypothesis' text."""
+        return self.hypotheses[0].text
+
+    def to_json(self, token_scores=True):
+        """A dict of plain values: `source` and `hypotheses` (each `Hypothesis.to_json`)."""
+        return {"source": self.source,
+                "hypotheses": [hypothesis.to_json(token_scores) for hypothesis in self.hypotheses]}
