@@ -84,7 +84,8 @@ def prepare_output(output, settings, total_steps, overwrite=False, process_id=0,
         UserInputError: the folder is unwritable, holds a different model,
             or holds a finished run (unless `overwrite`).
     """
-    probe = os.path.join(output, ".write-test")
+    # Named for this process: processes of a job that start on one folder at once must not remove each other's.
+    probe = os.path.join(output, f".write-test-{os.getpid()}")
     try:
         os.makedirs(output, exist_ok=True)
         with open(probe, "w") as f:
