@@ -388,6 +388,18 @@ def check_vocabulary_covers(pairs, run, log=print):
     Raises:
         UserInputError: more than `UNKNOWN_ERROR` of a side's characters
             are unknown to the vocabulary.
+
+    Example:
+
+    >>> import tempfile, os
+    >>> from keras_transformer.data.corpus import TranslationPair
+    >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
+    >>> run = tempfile.mkdtemp()
+    >>> _ = train_tokenizer(["la tierra y el cielo", "the earth and the sky"], 20,
+    ...                     path=os.path.join(run, "vocabulary.spm"))
+    >>> pairs = [TranslationPair("1", "", "train", "la tierra", "the earth", ("the earth",))]
+    >>> check_vocabulary_covers(pairs, run, log=lambda line: None)
+    (0.0, 0.0)
     """
     source, target = unknown_shares(pairs, os.path.join(run, VOCABULARY_FILE))
     log(f"vocabulary of {run}: {source:.2%} of the source and {target:.2%} of the target characters "

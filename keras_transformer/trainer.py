@@ -194,7 +194,9 @@ def train_translator(
     # The facts the settings depend on are gathered first: the corpus
     # (its files checked) and the run to start from. Resolved once, the
     # config then hands each part only the values it uses.
-    corpus = ParallelCorpus(config.corpus, **{name: getattr(config, name) for name in CORPUS_FIELDS[1:]})
+    corpus = ParallelCorpus(
+        config.corpus, **{name: getattr(config, name) for name in CORPUS_FIELDS if name != "corpus"}
+    )
     corpus.check()
     start = None
     if config.start_from:  # the model and vocabulary to start from, checked before anything is written

@@ -90,21 +90,15 @@ class TrainingSpeed(keras.callbacks.Callback):
         if self.log is not None:
             self.log(describe(self.report()))
 
-    def report(self, flops_per_step=None, devices=None, device_name=None):
-        """The speed figures of the trainer's summary.
-
-        Args:
-            flops_per_step, devices, device_name: as the constructor's,
-                which they default to.
+    def report(self):
+        """The speed figures of the trainer's summary, from the epochs timed and the constructor's figures.
 
         Returns:
             A dict: `train_step_seconds`, `timed_epochs`, `model_flops_per_step`,
             `model_flops_per_second`, `device`, `peak_flops` (all devices,
             dense bf16) and `mfu`; a figure that cannot be known is None.
         """
-        flops_per_step = self.flops_per_step if flops_per_step is None else flops_per_step
-        devices = self.devices if devices is None else devices
-        device_name = self.device_name if device_name is None else device_name
+        flops_per_step, devices, device_name = self.flops_per_step, self.devices, self.device_name
         seconds = self.seconds_per_step()
         peak = model_flops.peak_flops(device_name) if device_name else None
         achieved = flops_per_step / seconds if flops_per_step and seconds else None

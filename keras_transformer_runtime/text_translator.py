@@ -247,20 +247,20 @@ class TextTranslator:
 
     def _hypotheses(self, n_best, count):
         """Each of the first `count` rows' hypotheses, from `_decode_n_best`'s arrays; dead beams left out."""
-        rows = []
-        for tokens, scores, normalized, token_scores in zip(*(np.asarray(array)[:count] for array in n_best)):
-            hypotheses = []
-            for ids, score, normalized_score, piece_scores in zip(tokens, scores, normalized, token_scores):
-                if not np.isfinite(score):
-                    continue
-                ids = [int(token) for token in ids]
-                length = ids.index(END_ID) + 1 if END_ID in ids else len(ids)
-                hypotheses.append(Hypothesis(
-                    self._detokenize([ids[:length]])[0], float(score), float(normalized_score),
-                    tuple(str(self.tokenizer.id_to_token(token)) for token in ids[:length]),
-                    tuple(float(value) for value in piece_scores[:length]),
-                ))
-            rows.append(hypotheses)
+        kept = []  # (row, ids to the end token, score, normalized score, token scores)
+        for row, arrays in enumerate(zip(*(np.asarray(array)[:count] for array in n_best))):
+            for ids, score, normalized_score, token_scores in zip(*arrays):
+                if np.isfinite(score):
+                    ids = [int(token) for token in ids]
+                    length = ids.index(END_ID) + 1 if END_ID in ids else len(ids)
+                    kept.append((row, ids[:length], float(score), float(normalized_score), token_scores[:length]))
+        texts = self._detokenize([ids for _, ids, _, _, _ in kept])  # one call for every hypothesis
+        rows = [[] for _ in range(count)]
+        for (row, ids, score, normalized_score, token_scores), text in zip(kept, texts):
+            rows[row].append(Hypothesis(
+                text, score, normalized_score, tuple(str(self.tokenizer.id_to_token(token)) for token in ids),
+                tuple(float(value) for value in token_scores),
+            ))
         return rows
 
     def _decode_n_best(self, source, n):

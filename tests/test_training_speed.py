@@ -46,9 +46,9 @@ def test_the_clock_counts_the_training_steps_and_leaves_out_validation_and_epoch
 
 @pytest.mark.backend_independent
 def test_the_report_takes_the_median_after_the_first_epoch_and_the_peak_of_every_device():
-    speed = TrainingSpeed(steps_per_epoch=10)
+    speed = TrainingSpeed(steps_per_epoch=10, flops_per_step=3e14, devices=2, device_name="NVIDIA H100 80GB HBM3")
     speed.epoch_seconds = [60.0, 2.0, 4.0, 3.0]  # the first epoch compiled
-    report = speed.report(flops_per_step=3e14, devices=2, device_name="NVIDIA H100 80GB HBM3")
+    report = speed.report()
     assert report["train_step_seconds"] == pytest.approx(0.3)
     assert report["timed_epochs"] == 3
     assert report["model_flops_per_second"] == pytest.approx(1e15)
@@ -56,14 +56,17 @@ def test_the_report_takes_the_median_after_the_first_epoch_and_the_peak_of_every
     assert report["mfu"] == pytest.approx(1e15 / (2 * 989e12))
     assert "MFU 50.6 % of NVIDIA H100 80GB HBM3 (1,978 TFLOP/s bf16 peak)" in describe(report)
 
-    on_cpu = speed.report(flops_per_step=3e11)
+    on_cpu = TrainingSpeed(steps_per_epoch=10, flops_per_step=3e11)
+    on_cpu.epoch_seconds = speed.epoch_seconds
+    on_cpu = on_cpu.report()
     assert on_cpu["mfu"] is None and on_cpu["peak_flops"] is None and on_cpu["device"] == "cpu"
     assert "MFU unknown" in describe(on_cpu)
 
-    speed.epoch_seconds = [5.0]  # one epoch: it is all there is
-    assert speed.report(None)["train_step_seconds"] == pytest.approx(0.5)
-    assert speed.report(None)["model_flops_per_second"] is None
-    assert describe(TrainingSpeed(1).report(1e9)) == "speed: no epoch was timed"
+    without_flops = TrainingSpeed(steps_per_epoch=10)
+    without_flops.epoch_seconds = [5.0]  # one epoch: it is all there is
+    assert without_flops.report()["train_step_seconds"] == pytest.approx(0.5)
+    assert without_flops.report()["model_flops_per_second"] is None
+    assert describe(TrainingSpeed(1, flops_per_step=1e9).report()) == "speed: no epoch was timed"
 
 
 @pytest.mark.backend_independent
