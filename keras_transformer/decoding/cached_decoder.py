@@ -33,12 +33,18 @@ class DecoderState(typing.NamedTuple):
             vocabulary)` matrix, transposed once per batch
             (`PositionalEmbedding.vocabulary_kernel`), or `()` when the
             model has its own output projection or a quantized one.
+        cross_attention: float32 `(batch, num_layers, attention_length,
+            source_length)`, each decoder layer's cross-attention weights
+            (the mean of its heads) for every step so far, step `i` in
+            column `i`; or `()` when not recorded (`start`'s
+            `attention_length`).
     """
 
     caches: list
     cross_caches: list
     encoder_mask: object
     output_kernel: object = ()
+    cross_attention: object = ()
 
 
 class CachedDecoder:
@@ -89,7 +95,7 @@ class CachedDecoder:
         self.jit_compile = jit_compile
         self._step = compile_function(self._step_tensors, model.variables) if jit_compile else self._step_tensors
 
-    def start(self, encoder_tokens, cache_length=None, copies=1):
+    def start(self, encoder_tokens, cache_length=None, copies=1, attention_length=0):
         """Encodes the source once and returns the initial `DecoderState`.
 
         Args:
@@ -102,6 +108,8 @@ class CachedDecoder:
             copies: int, rows per source: each source's state is repeated
                 `copies` times in a row (beam search's hypotheses), but
                 encoded once.
+            attention_length: int; above 0, the state records the
+                cross-attention of this many steps (`DecoderState.cross_attention`).
 
         Returns:
             A `DecoderState` with empty self-attention caches, of
@@ -121,6 +129,9 @@ class CachedDecoder:
             cross_caches=cross_caches,
             encoder_mask=encoder_mask,
             output_kernel=() if output_kernel is None else output_kernel,
+            cross_attention=ops.zeros(
+                (batch, len(self.decoder_layers), attention_length, ops.shape(encoder_mask)[1]), "float32"
+            ) if attention_length else (),
         )
 
     def next_logits(self, tokens, index, state):
@@ -137,10 +148,11 @@ class CachedDecoder:
         """
         tokens = ops.convert_to_tensor(tokens, "int32")
         index = ops.convert_to_tensor(index, "int32")
-        logits, caches = self._step(
-            tokens, index, state.caches, state.cross_caches, state.encoder_mask, state.output_kernel
+        logits, caches, cross_attention = self._step(
+            tokens, index, state.caches, state.cross_caches, state.encoder_mask, state.output_kernel,
+            state.cross_attention,
         )
-        return logits, state._replace(caches=list(caches))
+        return logits, state._replace(caches=list(caches), cross_attention=cross_attention)
 
     def grow(self, state, cache_length):
         """The state with its self-attention caches lengthened to `cache_length` positions.
@@ -166,9 +178,9 @@ class CachedDecoder:
     def reorder(self, state, rows):
         """The state of the rows `rows` (beam search's surviving hypotheses).
 
-        Only the self-attention caches move: beam search keeps each row in
-        its source's group, whose cross-attention caches and mask are the
-        same.
+        Only the self-attention caches (and the recorded cross-attention)
+        move: beam search keeps each row in its source's group, whose
+        cross-attention caches and mask are the same.
 
         Args:
             state: `DecoderState`.
@@ -177,17 +189,28 @@ class CachedDecoder:
         Returns:
             The reordered `DecoderState`.
         """
-        return state._replace(caches=[tuple(ops.take(part, rows, axis=0) for part in cache) for cache in state.caches])
+        state = state._replace(caches=[tuple(ops.take(part, rows, axis=0) for part in cache)
+                                       for cache in state.caches])
+        if isinstance(state.cross_attention, tuple):
+            return state
+        return state._replace(cross_attention=ops.take(state.cross_attention, rows, axis=0))
 
-    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask, output_kernel=()):
+    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask, output_kernel=(), cross_attention=()):
         """`next_logits` on plain tensors and lists, so XLA can compile it."""
         x = self.embedding(tokens, start_index=index)
-        updated = []
+        record = not isinstance(cross_attention, tuple)
+        updated, weights = [], []
         for layer, cache, cross_cache in zip(self.decoder_layers, caches, cross_caches):
-            x, cache = layer.decode_step(
-                x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask
+            x, cache, *layer_weights = layer.decode_step(
+                x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask,
+                return_cross_attention=record,
             )
             updated.append(tuple(cache))
+            if record:
+                weights.append(ops.mean(layer_weights[0][:, :, -1], axis=1))  # (batch, source_length)
+        if record:
+            cross_attention = ops.slice_update(cross_attention, [0, 0, index, 0],
+                                               ops.stack(weights, axis=1)[:, :, None, :])
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.output_projection is None:
@@ -195,4 +218,4 @@ class CachedDecoder:
             logits = self.embedding.project_to_vocabulary(x, kernel=kernel)
         else:
             logits = self.output_projection(x)
-        return ops.cast(logits[:, -1], "float32"), updated
+        return ops.cast(logits[:, -1], "float32"), updated, cross_attention

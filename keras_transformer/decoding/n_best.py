@@ -22,7 +22,8 @@ from keras import ops
 
 from keras_transformer.decoding.sampler import BeamChoice
 
-NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores"))
+NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores",
+                                         "cross_attention"), defaults=(None,))
 NBest.__doc__ = """The n best hypotheses of each source, best first (NumPy arrays).
 
 Fields:
@@ -30,6 +31,9 @@ Fields:
     scores: float `(batch, n)`, each hypothesis' log-probability.
     normalized_scores: float `(batch, n)`, the length-normalized score the beam ranked by.
     token_scores: float `(batch, n, steps)`, each token's log-probability (0 after `END_ID`).
+    cross_attention: float `(batch, n, num_layers, steps, source_length)`, each decoder
+        layer's head-averaged cross-attention at the step that chose each token; None
+        unless asked for (`n_best_search(..., return_cross_attention=True)`).
 """
 
 
@@ -80,6 +84,12 @@ class NBestChoice(BeamChoice):
         others follow by normalized score.
         """
         scores, lengths, token_scores, _ = state
+        normalized = scores / ops.power((5.0 + lengths) / 6.0, self.length_penalty)
+        return tuple(self.pick(values, state) for values in (generated, scores, normalized, token_scores))
+
+    def pick(self, values, state):
+        """`(groups, n, ...)`: the rows of `values` (per-row tensors) of each group's `n` best, best first."""
+        scores, lengths, _, _ = state
         penalty = ops.power((5.0 + lengths) / 6.0, self.length_penalty)
         normalized = ops.reshape(scores / penalty, (-1, self.width))
         order = ops.cast(ops.argmax(normalized, axis=-1), "int32")[:, None]
@@ -89,9 +99,5 @@ class NBestChoice(BeamChoice):
             order = ops.concatenate([order, ops.cast(ops.top_k(rest, self.n - 1)[1], "int32")], axis=1)
         groups = ops.shape(normalized)[0]
         rows = ops.reshape(ops.arange(groups, dtype="int32")[:, None] * self.width + order, (-1,))
-
-        def take(values):
-            picked = ops.take(values, rows, axis=0)
-            return ops.reshape(picked, (groups, self.n, *picked.shape[1:]))
-
-        return take(generated), take(scores), take(ops.reshape(normalized, (-1,))), take(token_scores)
+        picked = ops.take(values, rows, axis=0)
+        return ops.reshape(picked, (groups, self.n, *picked.shape[1:]))

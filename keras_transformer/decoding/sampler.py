@@ -226,7 +226,11 @@ class GreedyChoice:
 
     def best(self, generated, state):
         """The sequences to return: every row's own."""
-        return generated
+        return self.pick(generated, state)
+
+    def pick(self, values, state):
+        """The rows of `values` (per-row tensors) that `best` returns: all of them."""
+        return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,15 +284,20 @@ class BeamChoice:
 
     def best(self, generated, state):
         """Each group's best row by length-normalized score."""
-        scores, lengths = state
+        return self.pick(generated, state)
+
+    def pick(self, values, state):
+        """The rows of `values` (per-row tensors, e.g. the generated tokens) of each group's best hypothesis."""
+        scores, lengths = state[:2]
         penalty = ops.power((5.0 + lengths) / 6.0, self.length_penalty)
         normalized = ops.reshape(scores / penalty, (-1, self.width))
         best = ops.cast(ops.argmax(normalized, axis=-1), "int32")
         rows = ops.arange(ops.shape(normalized)[0], dtype="int32") * self.width + best
-        return ops.take(generated, rows, axis=0)
+        return ops.take(values, rows, axis=0)
 
 
-def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
+def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
+                   return_cross_attention=False):
     """The decoding loop on tensors: what `run_search` runs, and the export traces.
 
     Args:
@@ -301,11 +310,22 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
             `max_new_tokens` (for benchmarks).
         no_repeat_ngram_size: int; above 0, no row repeats an n-gram of
             this many tokens (`block_repeated_ngrams`). 0 turns the guard off.
+        return_cross_attention: bool, also return the cross-attention
+            weights of the returned rows (a `CachedDecoder` only; see
+            `DecoderState.cross_attention`).
 
     Returns:
         `(generated, steps)`: int32 `(batch, max_new_tokens)`, of which the
-        first `steps` (an int32 scalar tensor) columns were generated.
+        first `steps` (an int32 scalar tensor) columns were generated;
+        `choice.best`'s structure for beams. With `return_cross_attention`,
+        `(generated, steps, weights)`, the weights `choice.pick`'s rows of
+        float32 `(rows, num_layers, max_new_tokens, source_length)`: each
+        decoder layer's head-averaged cross-attention at the step that
+        chose each token.
     """
+    recording = {"attention_length": max_new_tokens} if return_cross_attention else {}
+    if return_cross_attention and not hasattr(decoder, "grow"):
+        raise ValueError(f"{type(decoder).__name__} does not record cross-attention: use a CachedDecoder.")
     rows = ops.shape(encoder_tokens)[0] * choice.width
     # Beam search copies its caches every step: it starts them short. Greedy
     # search gained nothing from that on a CPU and paid a longer compilation.
@@ -314,12 +334,12 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
     if phased:
         # A CachedDecoder encodes each source once for its `width` hypotheses.
         decoder_state = decoder.start(
-            encoder_tokens, cache_length=phases[0] if len(phases) > 1 else None, copies=choice.width
+            encoder_tokens, cache_length=phases[0] if len(phases) > 1 else None, copies=choice.width, **recording
         )
     else:
         if choice.width > 1:
             encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
-        decoder_state = decoder.start(encoder_tokens)
+        decoder_state = decoder.start(encoder_tokens, **recording)
     columns = ops.arange(max_new_tokens, dtype="int32")
 
     def keep_going_until(end):
@@ -361,7 +381,9 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         if number:
             loop_state = (*loop_state[:4], decoder.grow(loop_state[4], end), loop_state[5])
         loop_state = ops.while_loop(keep_going_until(end), step, loop_state)
-    steps, _, _, generated, _, choice_state = loop_state
+    steps, _, _, generated, decoder_state, choice_state = loop_state
+    if return_cross_attention:
+        return choice.best(generated, choice_state), steps, choice.pick(decoder_state.cross_attention, choice_state)
     return choice.best(generated, choice_state), steps
 
 
@@ -390,7 +412,7 @@ def cache_phases(max_new_tokens):
 
 
 # The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end,
-# no_repeat_ngram_size);
+# no_repeat_ngram_size, return_cross_attention);
 # jax.jit and tf.function retrace them per batch size and source length.
 _compiled_loops = weakref.WeakKeyDictionary()
 
@@ -411,7 +433,8 @@ def compiles_loop(decoder):
     return bool(getattr(decoder, "jit_compile", False)) or keras.backend.backend() == "jax"
 
 
-def search_loop(decoder, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
+def search_loop(decoder, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
+                return_cross_attention=False):
     """`search_tensors` for `decoder` and these settings, compiled (and kept) where `compiles_loop`.
 
     Returns:
@@ -420,18 +443,19 @@ def search_loop(decoder, choice, max_new_tokens, stop_at_end=True, no_repeat_ngr
     """
     run = functools.partial(
         search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end,
-        no_repeat_ngram_size=no_repeat_ngram_size,
+        no_repeat_ngram_size=no_repeat_ngram_size, return_cross_attention=return_cross_attention,
     )
     if not compiles_loop(decoder):
         return run
     loops = _compiled_loops.setdefault(decoder, {})
-    key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size)
+    key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size, return_cross_attention)
     if key not in loops:
         loops[key] = compile_function(run, variables=decoder.model.variables)
     return loops[key]
 
 
-def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0):
+def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
+               return_cross_attention=False):
     """Runs the decoding loop on a batch and copies the tokens to the host once.
 
     The loop is compiled (once per decoder and setting, then reused) when
@@ -440,13 +464,15 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     `beam_search` check them.
 
     Args:
-        decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size:
+        decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size, return_cross_attention:
             as `search_tensors`.
         encoder_tokens: int `(batch, source_length)`, padded with 0.
 
     Returns:
         int NumPy `(batch, steps)` of generated tokens, without the start
-        token; finished rows end with `END_ID` and are padded with 0.
+        token; finished rows end with `END_ID` and are padded with 0. With
+        `return_cross_attention`, `(tokens, weights)`, the weights float32
+        NumPy `(batch, num_layers, steps, source_length)`.
 
     Example:
 
@@ -458,6 +484,11 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     ...            max_new_tokens=4, stop_at_end=False).shape
     (1, 4)
     """
-    loop = search_loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size))
-    generated, steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
-    return ops.convert_to_numpy(generated)[:, : int(ops.convert_to_numpy(steps))]
+    loop = search_loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size),
+                       bool(return_cross_attention))
+    generated, steps, *weights = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+    steps = int(ops.convert_to_numpy(steps))
+    tokens = ops.convert_to_numpy(generated)[:, :steps]
+    if return_cross_attention:
+        return tokens, ops.convert_to_numpy(weights[0])[:, :, :steps]
+    return tokens

@@ -23,7 +23,8 @@ def _checked(owner, decoder, encoder_tokens, max_new_tokens):
     return encoder_tokens, max_new_tokens
 
 
-def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True, no_repeat_ngram_size=0):
+def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True, no_repeat_ngram_size=0,
+                  return_cross_attention=False):
     """Greedy decoding on the KV cache, batched, in one loop on the device.
 
     The tokens are copied to the host once, at the end. With a decoder
@@ -41,10 +42,16 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
             False generates exactly `max_new_tokens` (for benchmarks).
         no_repeat_ngram_size: int; above 0, no sequence repeats an n-gram
             of this many tokens (a guard against loops). Defaults to 0, off.
+        return_cross_attention: bool, also return the cross-attention
+            weights that chose each token (a `CachedDecoder` only).
 
     Returns:
         int NumPy `(batch, steps)` of generated tokens, without the start
         token; finished sequences end with `END_ID` and are padded with 0.
+        With `return_cross_attention`, `(tokens, weights)`: the weights
+        float32 NumPy `(batch, num_layers, steps, source_length)`, each
+        decoder layer's cross-attention (the mean of its heads) at the step
+        that chose each token.
 
     Raises:
         TypeError: `decoder` is not a `CachedDecoder`, or ids or
@@ -65,11 +72,12 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
     """
     encoder_tokens, max_new_tokens = _checked("greedy_search", decoder, encoder_tokens, max_new_tokens)
     check_int("greedy_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
-    return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end, no_repeat_ngram_size)
+    return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end, no_repeat_ngram_size,
+                      return_cross_attention)
 
 
 def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_new_tokens=None,
-                no_repeat_ngram_size=0):
+                no_repeat_ngram_size=0, return_cross_attention=False):
     """Beam search on the KV cache, batched, with a length penalty.
 
     The same loop as `greedy_search`, with a `BeamChoice`: `beam_width`
@@ -83,9 +91,12 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
         length_penalty: float alpha; 0 ranks by raw log-probability.
         max_new_tokens: as in `greedy_search`.
         no_repeat_ngram_size: as in `greedy_search`, for every hypothesis.
+        return_cross_attention: as in `greedy_search`: the weights of each
+            source's chosen hypothesis.
 
     Returns:
-        int NumPy `(batch, steps)`, as `greedy_search`.
+        int NumPy `(batch, steps)`, as `greedy_search` (with the weights
+        when asked).
 
     Raises:
         TypeError, ValueError: as `greedy_search`, and for a `beam_width`
@@ -109,11 +120,12 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     check_int("beam_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     encoder_tokens, max_new_tokens = _checked("beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
-    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size)
+    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
+                      return_cross_attention=return_cross_attention)
 
 
 def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, max_new_tokens=None,
-                  no_repeat_ngram_size=0):
+                  no_repeat_ngram_size=0, return_cross_attention=False):
     """The `n` best hypotheses of each source, with their scores, from beam search on the KV cache.
 
     The same loop as `beam_search`, with an `NBestChoice`; the first
@@ -125,6 +137,8 @@ def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, 
         n: int in `[1, beam_width]`, hypotheses per source.
         beam_width, length_penalty, max_new_tokens, no_repeat_ngram_size:
             as `beam_search`.
+        return_cross_attention: bool, fill `NBest.cross_attention` (as
+            `greedy_search`'s, for each hypothesis).
 
     Returns:
         An `NBest` of NumPy arrays.
@@ -155,12 +169,14 @@ def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, 
     encoder_tokens, max_new_tokens = _checked("n_best_search", decoder, encoder_tokens, max_new_tokens)
     choice = NBestChoice(width=beam_width, length_penalty=float(length_penalty), n=int(n),
                          max_new_tokens=max_new_tokens)
-    loop = search_loop(decoder, choice, max_new_tokens, no_repeat_ngram_size=int(no_repeat_ngram_size))
-    (tokens, scores, normalized, token_scores), steps = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+    loop = search_loop(decoder, choice, max_new_tokens, no_repeat_ngram_size=int(no_repeat_ngram_size),
+                       return_cross_attention=bool(return_cross_attention))
+    (tokens, scores, normalized, token_scores), steps, *weights = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
     steps = int(ops.convert_to_numpy(steps))
     return NBest(
         ops.convert_to_numpy(tokens)[:, :, :steps], ops.convert_to_numpy(scores),
         ops.convert_to_numpy(normalized), ops.convert_to_numpy(token_scores)[:, :, :steps],
+        ops.convert_to_numpy(weights[0])[:, :, :, :steps] if weights else None,
     )
 
 

@@ -164,7 +164,8 @@ class DecoderLayer(ResidualBlock):
         """
         return self.self_attention.empty_cache(batch, max_length)
 
-    def decode_step(self, inputs, cache, cache_index, cross_attention_cache=None, encoder_mask=None):
+    def decode_step(self, inputs, cache, cache_index, cross_attention_cache=None, encoder_mask=None,
+                    return_cross_attention=False):
         """Runs new positions against a key/value cache of the earlier ones.
 
         Each call attends to the cached keys and values, writes the new ones
@@ -183,9 +184,13 @@ class DecoderLayer(ResidualBlock):
                 with cross-attention.
             encoder_mask: bool `(batch, source_length)`, True for real
                 source tokens.
+            return_cross_attention: bool, also return the cross-attention
+                weights (a layer with cross-attention only).
 
         Returns:
-            `(outputs, cache)`: outputs of the new positions, updated cache.
+            `(outputs, cache)`: outputs of the new positions, updated cache;
+            with `return_cross_attention`, `(outputs, cache, weights)`, the
+            weights float32 `(batch, num_heads, new_length, source_length)`.
 
         Example:
 
@@ -205,6 +210,8 @@ class DecoderLayer(ResidualBlock):
                 "decode_step needs cross_attention_cache exactly when the layer has "
                 "cross-attention (it was built with encoder_outputs)."
             )
+        if return_cross_attention and self.cross_attention is None:
+            raise ValueError("return_cross_attention needs a layer with cross-attention (built with encoder_outputs).")
         # Not a Keras __call__: inputs are not converted for us.
         inputs = ops.convert_to_tensor(inputs, dtype=self.compute_dtype)
         updated = {}
@@ -218,13 +225,18 @@ class DecoderLayer(ResidualBlock):
         def attend_to_source(x):
             # The cache holds the projected source; `x` only fills the
             # `value` argument, which a read-only cache does not use.
-            outputs, _ = self.cross_attention(
-                x, x, value_mask=encoder_mask, cache=cross_attention_cache
+            results = self.cross_attention(
+                x, x, value_mask=encoder_mask, cache=cross_attention_cache,
+                return_attention_scores=return_cross_attention,
             )
-            return outputs
+            if return_cross_attention:
+                updated["cross_attention"] = results[1]
+            return results[0]
 
         x = self._residual(inputs, attend_to_self, self.self_attention_norm, False)
         if self.cross_attention is not None:
             x = self._residual(x, attend_to_source, self.cross_attention_norm, False)
         x = self._residual(x, self.feed_forward, self.feed_forward_norm, False)
+        if return_cross_attention:
+            return x, updated["cache"], updated["cross_attention"]
         return x, updated["cache"]
