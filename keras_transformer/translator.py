@@ -206,11 +206,15 @@ class Translator(TextTranslator):
             no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
 
-    def _decode_n_best(self, source, n):
+    def _decode_n_best(self, source, n, cross_attention=False):
         return n_best_search(
             self.decoder, source, int(n), self.beam_width, self.length_penalty, self.max_new_tokens,
-            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            no_repeat_ngram_size=self.no_repeat_ngram_size, return_cross_attention=cross_attention,
         )
+
+    def decoder_layer_count(self):
+        """How many decoder layers the model has (the layers `n_best`'s `alignment_layer` counts)."""
+        return len(self.decoder.decoder_layers)
 
 
 def resolve_batch_size(batch_size, compiled):

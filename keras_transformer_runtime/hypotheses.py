@@ -3,8 +3,10 @@
 `TextTranslator.n_best` returns one `Translation` per input: the source
 and its best hypotheses, best first, each a `Hypothesis` with its
 log-probability score, the length-normalized score the beam ranked it by,
-and each token's score. `Translation.to_json()` is the object
-`keras-transformer translate --format jsonl` writes, one per line.
+and each token's score; with `alignments=True`, also its word alignment to
+the source and the cross-attention it was read from
+(`keras_transformer_runtime.alignment`). `Translation.to_json()` is the
+object `keras-transformer translate --format jsonl` writes, one per line.
 """
 
 import dataclasses
@@ -23,6 +25,11 @@ class Hypothesis:
         tokens: tuple of str, its subword pieces, the end token (`"</s>"`)
             last when it was generated.
         token_scores: tuple of float, each piece's log-probability.
+        alignment: tuple of `(source word, target word)` pairs, one per
+            target word, or None when not asked for.
+        attention: tuple of tuples of float, for each of `tokens` the
+            cross-attention over the source's pieces
+            (`Translation.source_tokens`) that the alignment read, or None.
 
     Example:
 
@@ -35,12 +42,28 @@ class Hypothesis:
     normalized_score: float
     tokens: tuple = ()
     token_scores: tuple = ()
+    alignment: tuple = None
+    attention: tuple = None
 
-    def to_json(self, token_scores=True):
-        """A dict of plain values (`json.dumps` takes it); without the tokens and their scores if asked."""
+    def to_json(self, token_scores=True, attention=True):
+        """A dict of plain values (`json.dumps` takes it).
+
+        Args:
+            token_scores: bool, with `tokens` and `token_scores`.
+            attention: bool, with `attention` (when there is one).
+
+        Returns:
+            `text`, `score`, `normalized_score`; the token fields if asked;
+            `alignment` as `[i, j]` pairs when there is one; `attention`
+            if asked and there is one.
+        """
         value = {"text": self.text, "score": self.score, "normalized_score": self.normalized_score}
         if token_scores:
             value.update(tokens=list(self.tokens), token_scores=list(self.token_scores))
+        if self.alignment is not None:
+            value["alignment"] = [list(link) for link in self.alignment]
+        if attention and self.attention is not None:
+            value["attention"] = [list(row) for row in self.attention]
         return value
 
 
@@ -52,6 +75,8 @@ class Translation:
         source: the input text.
         hypotheses: tuple of `Hypothesis`, best first; the first is the
             translation the translator returns when called.
+        source_tokens: tuple of str, the source's pieces, when the
+            hypotheses carry alignments; else None.
 
     Example:
 
@@ -62,13 +87,17 @@ class Translation:
 
     source: str
     hypotheses: tuple
+    source_tokens: tuple = None
 
     @property
     def text(self):
         """The best hypothesis' text."""
         return self.hypotheses[0].text
 
-    def to_json(self, token_scores=True):
-        """A dict of plain values: `source` and `hypotheses` (each `Hypothesis.to_json`)."""
-        return {"source": self.source,
-                "hypotheses": [hypothesis.to_json(token_scores) for hypothesis in self.hypotheses]}
+    def to_json(self, token_scores=True, attention=True):
+        """A dict of plain values: `source`, `source_tokens` if any, and `hypotheses` (each `Hypothesis.to_json`)."""
+        value = {"source": self.source}
+        if self.source_tokens is not None:
+            value["source_tokens"] = list(self.source_tokens)
+        value["hypotheses"] = [hypothesis.to_json(token_scores, attention) for hypothesis in self.hypotheses]
+        return value

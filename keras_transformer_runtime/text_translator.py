@@ -13,9 +13,13 @@ import warnings
 
 import numpy as np
 
+from keras_transformer_runtime.alignment import ALIGNMENT_LAYER
+from keras_transformer_runtime.alignment import alignment_links
+from keras_transformer_runtime.alignment import layer_weights
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
 from keras_transformer_runtime.special_tokens import UNK_ID
 
 # With a compiled loop, sources are padded to this many tokens, or to a
@@ -188,7 +192,7 @@ class TextTranslator:
         outputs = ["" if output is None else output for output in outputs]
         return outputs[0] if single else outputs
 
-    def n_best(self, texts, n, progress=None):
+    def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER):
         """The `n` best translations of each of `texts`, with their scores (`hypotheses.Translation`).
 
         The first hypothesis of each is what calling the translator gives
@@ -200,26 +204,45 @@ class TextTranslator:
             texts: a string, bytes, or a list of them.
             n: int, hypotheses per text, at most the beam's width.
             progress: as when calling the translator.
+            alignments: bool, give each hypothesis its word alignment to
+                the source and the cross-attention it was read from
+                (`keras_transformer_runtime.alignment`), and each
+                translation its source's pieces.
+            alignment_layer: the decoder layer the alignments read: an
+                index (negative from the last) or `"mean"` (of all).
+                Defaults to `alignment.ALIGNMENT_LAYER`.
 
         Returns:
             A list of `Translation`s (a single one for a single input).
 
         Raises:
             TypeError: as when calling the translator.
-            ValueError: `n` is not an int in `[1, beam width]`.
+            ValueError: `n` is not an int in `[1, beam width]`, or
+                `alignment_layer` is not a layer of the model.
         """
         beam_width = getattr(self, "beam_width", 1)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= beam_width:
             raise ValueError(f"n must be an int from 1 to the beam's width, {beam_width}; got n={n!r}.")
         single, texts = _checked_texts(texts)
-        outputs = self._in_batches(
-            texts, lambda source, count: self._hypotheses(self._decode_n_best(source, int(n)), count), progress
-        )
-        translations = [
-            Translation(text, tuple(hypotheses) if hypotheses is not None else (Hypothesis("", 0.0, 0.0),))
-            for text, hypotheses in zip(texts, outputs)
-        ]
+        if alignments:
+            layer_weights(np.zeros((self.decoder_layer_count(), 0, 0)), alignment_layer)  # checked before decoding
+
+        def translate_batch(source, count):
+            n_best = self._decode_n_best(source, int(n), cross_attention=bool(alignments))
+            return self._hypotheses(n_best, count, source if alignments else None, alignment_layer)
+
+        outputs = self._in_batches(texts, translate_batch, progress)
+        translations = []
+        for text, (source_tokens, hypotheses) in zip(texts, (output or (None, None) for output in outputs)):
+            if hypotheses is None:  # a blank text
+                source_tokens = () if alignments else None
+                hypotheses = [Hypothesis("", 0.0, 0.0, **({"alignment": (), "attention": ()} if alignments else {}))]
+            translations.append(Translation(text, tuple(hypotheses), source_tokens))
         return translations[0] if single else translations
+
+    def decoder_layer_count(self):
+        """How many decoder layers the model has (the layers `alignment_layer` counts)."""
+        raise NotImplementedError(f"{type(self).__name__} does not give cross-attention.")
 
     def _in_batches(self, texts, translate_batch, progress):
         """`translate_batch(source, count)` over `texts` in sorted batches, back in input order.
@@ -245,25 +268,42 @@ class TextTranslator:
                     progress(len(batch))
         return outputs
 
-    def _hypotheses(self, n_best, count):
-        """Each of the first `count` rows' hypotheses, from `_decode_n_best`'s arrays; dead beams left out."""
-        kept = []  # (row, ids to the end token, score, normalized score, token scores)
-        for row, arrays in enumerate(zip(*(np.asarray(array)[:count] for array in n_best))):
-            for ids, score, normalized_score, token_scores in zip(*arrays):
+    def _hypotheses(self, n_best, count, source=None, alignment_layer=ALIGNMENT_LAYER):
+        """Each of the first `count` rows' `(source pieces, hypotheses)`, from `_decode_n_best`'s arrays.
+
+        Dead beams are left out. With `source` (the batch's source ids),
+        each hypothesis gets its alignment and attention, read from
+        `n_best.cross_attention`, and the source pieces are given; else
+        they are None.
+        """
+        piece = self.tokenizer.id_to_token
+        kept = []  # (row, ids to the end token, score, normalized score, token scores, weights)
+        weights = n_best.cross_attention if source is not None else None
+        for row in range(count):
+            for k, (ids, score) in enumerate(zip(n_best.tokens[row], n_best.scores[row])):
                 if np.isfinite(score):
                     ids = [int(token) for token in ids]
                     length = ids.index(END_ID) + 1 if END_ID in ids else len(ids)
-                    kept.append((row, ids[:length], float(score), float(normalized_score), token_scores[:length]))
-        texts = self._detokenize([ids for _, ids, _, _, _ in kept])  # one call for every hypothesis
-        rows = [[] for _ in range(count)]
-        for (row, ids, score, normalized_score, token_scores), text in zip(kept, texts):
-            rows[row].append(Hypothesis(
-                text, score, normalized_score, tuple(str(self.tokenizer.id_to_token(token)) for token in ids),
-                tuple(float(value) for value in token_scores),
-            ))
+                    kept.append((row, ids[:length], float(score), float(n_best.normalized_scores[row][k]),
+                                 n_best.token_scores[row][k][:length],
+                                 None if weights is None else layer_weights(weights[row][k], alignment_layer)))
+        texts = self._detokenize([ids for _, ids, _, _, _, _ in kept])  # one call for every hypothesis
+        sources = [None] * count
+        if source is not None:
+            sources = [tuple(str(piece(int(token))) for token in ids if token != PAD_ID) for ids in source[:count]]
+        rows = [(sources[row], []) for row in range(count)]
+        for (row, ids, score, normalized_score, token_scores, attention), text in zip(kept, texts):
+            tokens = tuple(str(piece(token)) for token in ids)
+            extra = {}
+            if attention is not None:
+                attention = attention[: len(ids), : len(sources[row])]
+                extra = {"alignment": alignment_links(attention, sources[row], tokens),
+                         "attention": tuple(tuple(float(value) for value in step) for step in attention)}
+            rows[row][1].append(Hypothesis(text, score, normalized_score, tokens,
+                                           tuple(float(value) for value in token_scores), **extra))
         return rows
 
-    def _decode_n_best(self, source, n):
+    def _decode_n_best(self, source, n, cross_attention=False):
         raise NotImplementedError(
             f"{type(self).__name__} gives one translation per input; n-best lists need the Keras model "
             "(keras_transformer.translator.Translator, or --engine keras)."
