@@ -7,7 +7,9 @@ once in its translation, spelled the same (after stripping punctuation),
 and that is a name (capitalized) or holds a digit, is the translation of
 itself: "David" in "Y David dijo a Saúl" and in "David said to Saul". For
 each such anchor the alignment (`keras_transformer_runtime.alignment`'s
-rule) should link the target word to the source word. The share of
+rule) should link the target word to the source word. The default layer is
+also read with two other ways of weighing a source word's pieces than the
+rule's largest piece: their sum, and the first piece only. The share of
 anchors it links right is measured for each decoder layer's
 cross-attention and for their mean, beside a guess that needs no
 attention at all (each target word linked to the source word at the same
@@ -56,6 +58,30 @@ def positional_links(source, target):
     """Each target word linked to the source word at the same relative position (the guess without attention)."""
     source_count, target_count = len(source.split()), len(target.split())
     return {(min(source_count - 1, int(j * source_count / target_count)), j) for j in range(target_count)}
+
+
+def links_by(hypothesis, source_pieces, how):
+    """The links of the alignment rule with another way of reading a source word's pieces: `"sum"` or `"first"`.
+
+    The rule takes the largest weight over a source word's pieces; these
+    are the alternatives it was measured against.
+    """
+    import numpy as np
+
+    from keras_transformer_runtime.alignment import END_PIECE
+    from keras_transformer_runtime.alignment import word_of_each_piece
+
+    target_pieces = [p for p in hypothesis.tokens if p != END_PIECE]
+    if not target_pieces or not source_pieces:
+        return set()
+    attention = np.asarray(hypothesis.attention)[: len(target_pieces), : len(source_pieces)]
+    source_words, target_words = word_of_each_piece(source_pieces), word_of_each_piece(target_pieces)
+    scores = np.zeros((max(target_words) + 1, max(source_words) + 1))
+    for a, j in enumerate(target_words):
+        for b, i in enumerate(source_words):
+            if how == "sum" or b == 0 or source_words[b - 1] != i:
+                scores[j, i] += attention[a, b]
+    return {(int(i), j) for j, i in enumerate(np.argmax(scores, axis=1))}
 
 
 def agreement(examples, links_of):
@@ -113,7 +139,11 @@ def main(argv=None):
                 examples.append({"source": texts[k], "translation": text, "anchors": anchors(texts[k], text),
                                  "links": {}})
             examples[k]["links"][str(layer)] = set(translation.hypotheses[0].alignment)
-    hits = {str(layer): agreement(examples, lambda example: example["links"][str(layer)])[0] for layer in layers}
+            if layer == ALIGNMENT_LAYER:
+                for how in ("sum", "first"):
+                    examples[k]["links"][f"{layer}, {how}"] = links_by(translation.hypotheses[0],
+                                                                      translation.source_tokens, how)
+    hits = {name: agreement(examples, lambda example: example["links"][name])[0] for name in examples[0]["links"]}
     hits["position"], count = agreement(examples, lambda e: positional_links(e["source"], e["translation"]))
 
     ways = {"plain": lambda: translator(texts), "n_best 1": lambda: translator.n_best(texts, 1),
@@ -139,7 +169,9 @@ def main(argv=None):
         json.dump(result, f, indent=2, ensure_ascii=False)
     lines = ["| cross-attention read | anchors linked right | share | 95 % interval |", "|---|---:|---:|---|"]
     for name, linked in hits.items():
-        label = {"mean": "mean of the layers", "position": "no attention: same relative position"}.get(
+        label = {"mean": "mean of the layers", "position": "no attention: same relative position",
+                 f"{ALIGNMENT_LAYER}, sum": f"{ALIGNMENT_LAYER}, summed over a source word's pieces",
+                 f"{ALIGNMENT_LAYER}, first": f"{ALIGNMENT_LAYER}, a source word's first piece only"}.get(
             name, f"decoder layer {name}") + (" (the default)" if name == default_layer else "")
         low, high = wilson_interval(linked, count)
         lines.append(f"| {label} | {linked} of {count} | {linked / count:.1%} | {low:.1%} - {high:.1%} |")

@@ -65,8 +65,8 @@ def main(argv=None):
     import keras
 
     from keras_transformer.data.corpus import load_bible_pairs
-    from keras_transformer.decoding.sampler import BeamChoice
-    from keras_transformer.decoding.sampler import GreedyChoice
+    from keras_transformer.decoding.choices import BeamChoice
+    from keras_transformer.decoding.choices import GreedyChoice
     from keras_transformer.decoding.sampler import run_search
     from keras_transformer.translator import Translator
 

@@ -12,8 +12,8 @@ weights go beside it as an `.npz`, in the order of `model.variables`.
 import jax
 import keras
 
-from keras_transformer.decoding.sampler import BeamChoice
-from keras_transformer.decoding.sampler import GreedyChoice
+from keras_transformer.decoding.choices import BeamChoice
+from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.translator import Translator

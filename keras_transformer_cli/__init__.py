@@ -263,6 +263,32 @@ ENGINE_HELP = (
     "turns it off), else keras. The same translations either way (docs/translating.md)")
 
 
+def _alignment_layer(text):
+    """`--alignment-layer`: "mean" or a layer index."""
+    if text == "mean":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'"mean" or a decoder layer index (e.g. -1, the last), not {text!r}')
+
+
+def _add_attention_arguments(parser):
+    parser.add_argument("--alignments", action="store_true",
+                        help="word alignments from cross-attention: `TEXT ||| i-j ...` (source word i - target "
+                             "word j, from 0), an alignment field after NORMALIZED with --n-best, `alignment` "
+                             "and `source_tokens` in --format jsonl (docs/alignments.md); runs the Keras model")
+    parser.add_argument("--alignment-layer", type=_alignment_layer, default="mean", metavar="K",
+                        help='the decoder layer whose cross-attention the alignments and the map read: an index '
+                             '(-1 the last) or "mean" of all, the measured best (default: %(default)s)')
+    parser.add_argument("--attention-weights", action="store_true",
+                        help="with --format jsonl: --alignments and each hypothesis' cross-attention, a row of "
+                             "weights over the source pieces for each of its pieces")
+    parser.add_argument("--attention-map", metavar="FILE.png",
+                        help="draw the translation's cross-attention as a heatmap, source words against target "
+                             "words, to FILE.png (one sentence given as an argument; needs matplotlib)")
+
+
 def _add_engine_argument(parser):
     parser.add_argument("--engine", choices=("auto", "compiled", "keras"), default="auto", help=ENGINE_HELP)
 
@@ -324,6 +350,7 @@ def build_parser():
     translate.add_argument("--token-scores", action="store_true",
                            help="with --n-best or --format jsonl: each hypothesis' subword pieces and their "
                                 "log-probabilities too")
+    _add_attention_arguments(translate)
     _add_engine_argument(translate)
     translate.add_argument("--invalid-input", choices=("skip", "replace"), default="skip",
                            help="a line that is not UTF-8 or holds a NUL byte: skip it (an empty output line, "
@@ -414,6 +441,12 @@ def main(argv=None):
             parser.error(f"--n-best {args.n_best} is more than the --beam {args.beam} hypotheses kept.")
         if args.token_scores and not (args.n_best or args.format == "jsonl"):
             parser.error("--token-scores adds to the scores of --n-best or --format jsonl: give one of them.")
+        if args.attention_weights and args.format != "jsonl":
+            parser.error("--attention-weights are written in --format jsonl only.")
+        args.alignments = args.alignments or args.attention_weights
+        if args.attention_map and len(args.text) != 1:
+            parser.error(f"--attention-map draws one translation: give one sentence as an argument "
+                         f"(got {len(args.text) or 'stdin'}).")
     if hasattr(args, "engine"):
         args.engine = startup.translation_engine(args, parser)
     results = sys.stdout

@@ -102,7 +102,10 @@ def translate(args, out):
     else:
         batches = arriving_batches(sys.stdin.buffer)
         decode = decode_line
-    scored = args.n_best or args.format == "jsonl"
+    alignments = args.alignments or bool(args.attention_map)
+    scored = args.n_best or args.format == "jsonl" or alignments
+    if alignments:
+        _check_alignment_layer(translator, args.alignment_layer)
     skipped = replaced = 0
     for batch in batches:
         texts = []
@@ -117,9 +120,13 @@ def translate(args, out):
             texts.append(text)
         with phase("work"):
             given = [text for text in texts if text is not None]
-            translations = iter(translator.n_best(given, args.n_best or 1) if scored else translator(given))
+            translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
+                                                  alignment_layer=args.alignment_layer)
+                                if scored else translator(given))
         for (number, _), text in zip(batch, texts):
             translation = None if text is None else next(translations)
+            if args.attention_map and translation is not None:
+                _draw_attention_map(translation, args)
             if scored:
                 _print_scored(translation, number - 1, args, out)
             else:
@@ -135,17 +142,51 @@ def translate(args, out):
 
 
 def _print_scored(translation, index, args, out):
-    """One input's `--format jsonl` object, or its `--n-best` lines (none for a skipped line)."""
+    """One input's `--format jsonl` object, its `--n-best` lines (none for a skipped line), or its text."""
+    from keras_transformer_runtime.alignment import format_alignment
+
     if args.format == "jsonl":
-        record = translation.to_json(args.token_scores) if translation else {"source": None, "hypotheses": []}
+        record = (translation.to_json(args.token_scores, args.attention_weights) if translation
+                  else {"source": None, "hypotheses": []})
         print(json.dumps(record, ensure_ascii=False), file=out)
+        return
+    if not args.n_best:  # --alignments or --attention-map alone
+        text = translation.text if translation else ""
+        print(f"{text} ||| {format_alignment(translation.hypotheses[0].alignment) if translation else ''}"
+              if args.alignments else text, file=out)
         return
     for hypothesis in translation.hypotheses if translation else ():
         line = f"{index} ||| {hypothesis.text} ||| {hypothesis.score:.4f} ||| {hypothesis.normalized_score:.4f}"
+        if args.alignments:
+            line += f" ||| {format_alignment(hypothesis.alignment)}"
         if args.token_scores:
             line += " ||| " + " ".join(f"{token}={score:.4f}"
                                        for token, score in zip(hypothesis.tokens, hypothesis.token_scores))
         print(line, file=out)
+
+
+def _check_alignment_layer(translator, layer):
+    import numpy as np
+
+    from keras_transformer_runtime.alignment import layer_weights
+    from keras_transformer_runtime.errors import UserInputError
+
+    try:
+        layer_weights(np.zeros((translator.decoder_layer_count(), 0, 0)), layer)
+    except ValueError as error:
+        raise UserInputError(f"--alignment-layer: {error}")
+
+
+def _draw_attention_map(translation, args):
+    from keras_transformer_runtime.attention_map import draw_attention_map
+    from keras_transformer_runtime.errors import UserInputError
+
+    layer = "the mean of the decoder layers" if args.alignment_layer == "mean" else f"decoder layer {args.alignment_layer}"
+    try:
+        draw_attention_map(translation, args.attention_map, title=f"{translation.source}\n({layer})")
+    except (OSError, ValueError) as error:  # a folder that does not exist, an unknown image format
+        raise UserInputError(f"--attention-map {args.attention_map!r}: {error}")
+    print(f"keras-transformer: drew the cross-attention to {args.attention_map}", file=sys.stderr)
 
 
 def evaluate(args, out):

@@ -9,7 +9,9 @@ heads) at the step that chose each target piece (`decoding`'s
    continue that word. Words are the whitespace-separated words of the
    text, counted from 0 on each side.
 2. A target word's attention to a source word is the attention of its
-   pieces, summed over the source word's pieces and averaged over the
+   pieces to the source word's pieces, the largest over the source word's
+   pieces (a sum would favour words of many pieces, and words that carry
+   a punctuation piece, where attention gathers) and averaged over the
    target word's pieces. The weights are those of one decoder layer or
    the mean of all (`ALIGNMENT_LAYER`, the default).
 3. Each target word is linked to the source word it attended to most
@@ -17,7 +19,8 @@ heads) at the step that chose each target piece (`decoding`'s
 
 The links come as `(source word, target word)` pairs, written `i-j` as
 fairseq, Moses and Marian write them. Which layer the rule reads is a
-measured choice (`ALIGNMENT_LAYER`, benchmarks/alignment_layers.py).
+measured choice (`ALIGNMENT_LAYER`, benchmarks/alignment_layers.py), and so is
+the largest over a source word's pieces.
 
 Example (one layer's weights, a target piece a row):
 
@@ -75,13 +78,13 @@ def word_attention(attention, source_pieces, target_pieces):
         target_pieces: the target's pieces; a last `END_PIECE` is left out.
 
     Returns:
-        float NumPy `(target words, source words)`: summed over a source
-        word's pieces, averaged over a target word's pieces.
+        float NumPy `(target words, source words)`: the largest over a
+        source word's pieces, averaged over a target word's pieces.
 
     Example:
 
-    >>> word_attention([[0.5, 0.25, 0.25], [0.0, 0.5, 0.5]], ["▁a", "▁b", "c"], ["▁x", "y"]).tolist()
-    [[0.25, 0.75]]
+    >>> word_attention([[0.5, 0.25, 0.25], [0.0, 0.6, 0.4]], ["▁a", "▁b", "c"], ["▁x", "y"]).tolist()
+    [[0.25, 0.425]]
     """
     target_pieces = list(target_pieces)
     if target_pieces and target_pieces[-1] == END_PIECE:
@@ -89,7 +92,7 @@ def word_attention(attention, source_pieces, target_pieces):
     attention = np.asarray(attention, "float64")[: len(target_pieces), : len(source_pieces)]
     source_words, target_words = word_of_each_piece(source_pieces), word_of_each_piece(target_pieces)
     by_source_word = np.zeros((len(target_pieces), max(source_words, default=-1) + 1))
-    np.add.at(by_source_word.T, source_words, attention.T)
+    np.maximum.at(by_source_word.T, source_words, attention.T)  # weights are >= 0
     sums = np.zeros((max(target_words, default=-1) + 1, by_source_word.shape[1]))
     np.add.at(sums, target_words, by_source_word)
     counts = np.bincount(target_words, minlength=sums.shape[0]).reshape(-1, 1)
@@ -149,3 +152,22 @@ def layer_weights(weights, layer):
         raise ValueError(f'alignment_layer must be "mean" or a decoder layer from {-layers} to {layers - 1} '
                          f"(the model has {layers}); got {layer!r}.")
     return weights[layer]
+
+
+def words_of_pieces(pieces):
+    """The words the pieces spell (the module's rule), without the end token.
+
+    Example:
+
+    >>> words_of_pieces(["▁Sea", "▁la", "▁lu", "z", ".", "</s>"])
+    ['Sea', 'la', 'luz.']
+    """
+    pieces = list(pieces)
+    if pieces and pieces[-1] == END_PIECE:
+        pieces = pieces[:-1]
+    words = []
+    for piece, word in zip(pieces, word_of_each_piece(pieces)):
+        if word == len(words):
+            words.append("")
+        words[word] += piece
+    return [word.replace(WORD_START, " ").strip() for word in words]

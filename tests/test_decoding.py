@@ -264,7 +264,7 @@ def test_a_decoder_reads_the_weights_as_they_are_at_each_call(jit_compile):
 
 
 def test_first_max_index_is_argmax_with_ties_to_the_lowest_index():
-    from keras_transformer.decoding.sampler import first_max_index
+    from keras_transformer.decoding.choices import first_max_index
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(16, 4000)).astype("float32")

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from keras_transformer_cli import build_parser
 from keras_transformer_cli import commands
 from keras_transformer_cli.input_lines import BadLine
 from keras_transformer_cli.input_lines import decode_line
@@ -216,7 +217,7 @@ def test_any_bytes_on_stdin_give_one_output_line_per_input_line_and_no_traceback
     monkeypatch.setattr(commands, "_translator", lambda args: front_end)
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(raw)))
     out = io.StringIO()
-    args = types.SimpleNamespace(text=[], invalid_input=invalid, n_best=None, format="text", token_scores=False)
+    args = build_parser().parse_args(["translate", "--model", "unused", "--invalid-input", invalid])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         status = commands.translate(args, out)

@@ -26,8 +26,8 @@ from keras_transformer.decoding.cached_decoder import DecoderState
 from keras_transformer.decoding.checks import check_encoder_tokens
 from keras_transformer.decoding.n_best import NBest
 from keras_transformer.decoding.n_best import NBestChoice
-from keras_transformer.decoding.sampler import BeamChoice
-from keras_transformer.decoding.sampler import GreedyChoice
+from keras_transformer.decoding.choices import BeamChoice
+from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import compile_function
 from keras_transformer.decoding.sampler import mask_forbidden_tokens
 from keras_transformer.decoding.sampler import run_search

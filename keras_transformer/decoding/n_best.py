@@ -20,7 +20,7 @@ import dataclasses
 
 from keras import ops
 
-from keras_transformer.decoding.sampler import BeamChoice
+from keras_transformer.decoding.choices import BeamChoice
 
 NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores",
                                          "cross_attention"), defaults=(None,))

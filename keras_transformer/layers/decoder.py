@@ -48,9 +48,13 @@ class DecoderLayer(ResidualBlock):
         attention_mask: bool `(batch, target_length, target_length)`,
             combined with the causal mask in self-attention.
         training: bool, enables dropout.
+        return_cross_attention: bool, also return the cross-attention
+            weights, float32 `(batch, num_heads, target_length,
+            source_length)`.
 
     Returns:
-        A tensor of the inputs' shape.
+        A tensor of the inputs' shape; with `return_cross_attention`, the
+        pair `(outputs, weights)`.
 
     Raises:
         TypeError: `inputs` or `encoder_outputs` that are not floating-point.
@@ -92,6 +96,7 @@ class DecoderLayer(ResidualBlock):
         encoder_mask=None,
         attention_mask=None,
         training=None,
+        return_cross_attention=False,
     ):
         if (encoder_outputs is None) != (self.cross_attention is None):
             raise ValueError(
@@ -126,19 +131,29 @@ class DecoderLayer(ResidualBlock):
                 training=training,
             )
 
+        if return_cross_attention and self.cross_attention is None:
+            raise ValueError("return_cross_attention needs a layer with cross-attention (built with encoder_outputs).")
+        weights = {}
+
         def attend_to_source(x):
-            return self.cross_attention(
+            results = self.cross_attention(
                 x,
                 encoder_outputs,
                 query_mask=mask,
                 value_mask=encoder_mask,
                 training=training,
+                return_attention_scores=return_cross_attention,
             )
+            if return_cross_attention:
+                weights["cross_attention"] = results[1]
+                return results[0]
+            return results
 
         x = self._residual(inputs, attend_to_self, self.self_attention_norm, training)
         if self.cross_attention is not None:
             x = self._residual(x, attend_to_source, self.cross_attention_norm, training)
-        return self._residual(x, self.feed_forward, self.feed_forward_norm, training)
+        outputs = self._residual(x, self.feed_forward, self.feed_forward_norm, training)
+        return (outputs, weights["cross_attention"]) if return_cross_attention else outputs
 
     def cross_attention_cache(self, encoder_outputs):
         """Keys and values of `encoder_outputs`, computed once per source.
