@@ -196,13 +196,13 @@ from keras_transformer.translator import Translator
 out = {}
 for beam in (1, 4):
     translator = Translator.from_directory(sys.argv[1], max_new_tokens=8, beam_width=beam)
-    out[beam] = [t.to_json() for t in translator.n_best(json.loads(sys.argv[2]), 1, alignments=True)]
+    out[beam] = [t.to_json() for t in translator.n_best(json.loads(sys.argv[2]), min(beam, 2), alignments=True)]
 print(json.dumps(out))
 """
 
 
 @pytest.mark.parametrize("other", [b for b in ("tensorflow", "jax", "torch") if b != keras.backend.backend()])
-def test_alignments_and_weights_are_the_same_on_every_backend(trained_run, other):
+def test_n_best_scores_alignments_and_weights_are_the_same_on_every_backend(trained_run, other):
     result = subprocess.run(
         [sys.executable, "-c", RUN_IN_ANOTHER_BACKEND, str(trained_run), json.dumps(SENTENCES)],
         env=dict(os.environ, KERAS_BACKEND=other), capture_output=True, text=True, timeout=300,
@@ -211,12 +211,16 @@ def test_alignments_and_weights_are_the_same_on_every_backend(trained_run, other
     theirs = json.loads(result.stdout.strip().splitlines()[-1])
     for beam in (1, 4):
         ours = Translator.from_directory(str(trained_run), max_new_tokens=8, beam_width=beam).n_best(
-            SENTENCES, 1, alignments=True)
+            SENTENCES, min(beam, 2), alignments=True)
         for mine, other_record in zip(ours, theirs[str(beam)]):
             mine = mine.to_json()
             assert other_record["source_tokens"] == mine["source_tokens"]
+            assert len(mine["hypotheses"]) == len(other_record["hypotheses"])
             for a, b in zip(mine["hypotheses"], other_record["hypotheses"]):
-                assert (a["text"], a["alignment"]) == (b["text"], b["alignment"])
+                assert (a["text"], a["tokens"], a["alignment"]) == (b["text"], b["tokens"], b["alignment"])
+                np.testing.assert_allclose([a["score"], a["normalized_score"]], [b["score"], b["normalized_score"]],
+                                           rtol=1e-4, atol=1e-4)
+                np.testing.assert_allclose(a["token_scores"], b["token_scores"], atol=1e-4)
                 np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-4)
 
 
