@@ -31,7 +31,7 @@ from keras_transformer_cli.commands import ABLATE_SETTINGS
 
 PROG = "keras-transformer"
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
-# The choices of `train --preset`; `keras_transformer.train_config.PRESETS`
+# The choices of `train --preset`; `keras_transformer.presets.PRESETS`
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
 # Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_BEAM_WIDTH and

@@ -12,10 +12,10 @@ import pytest
 
 import keras_transformer_cli as cli
 from keras_transformer_cli import commands
-from keras_transformer.train_config import ACCELERATOR_TRAINING_DEFAULTS
-from keras_transformer.train_config import DEFAULT_PRESET
-from keras_transformer.train_config import PRESETS
-from keras_transformer.train_config import TRAINING_DEFAULTS
+from keras_transformer.presets import ACCELERATOR_TRAINING_DEFAULTS
+from keras_transformer.presets import DEFAULT_PRESET
+from keras_transformer.presets import PRESETS
+from keras_transformer.presets import TRAINING_DEFAULTS
 from keras_transformer.train_config import TrainConfig
 from conftest import FIXTURE_CORPUS
 

@@ -409,9 +409,9 @@ def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_a
 ])
 def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monkeypatch, gpu, want):
     from keras_transformer import model_flops
-    from keras_transformer import train_config
+    from keras_transformer import presets
 
-    monkeypatch.setattr(train_config, "has_accelerator", lambda: gpu is not None)
+    monkeypatch.setattr(presets, "has_accelerator", lambda: gpu is not None)
     monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)
     config = TrainConfig(output="unused", **TINY).resolved()
     assert (config.bucket_width, config.mixed_precision) == want
@@ -425,9 +425,9 @@ def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monke
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
 def test_the_default_run_is_tiny_trained_longer_on_larger_batches_on_a_gpu(monkeypatch, gpu):
     from keras_transformer import model_flops
-    from keras_transformer import train_config
+    from keras_transformer import presets
 
-    monkeypatch.setattr(train_config, "has_accelerator", lambda: gpu is not None)
+    monkeypatch.setattr(presets, "has_accelerator", lambda: gpu is not None)
     monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)
     config = TrainConfig(output="unused").resolved()
     settings = ("preset", "epochs", "steps_per_epoch", "warmup_steps", "batch_tokens", "vocabulary_size",
