@@ -14,6 +14,7 @@ import keras
 
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
+from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.translator import Translator
@@ -25,16 +26,23 @@ from keras_transformer_runtime.compiled_translator import weights_bytes
 from keras_transformer_runtime.timings import phase
 
 
-def export_decoding_program(translator):
+def export_decoding_program(translator, n_best=None, cross_attention=False):
     """The decoding loop of a `Translator` as a `jax.export.Exported`.
 
     Args:
         translator: a `Translator` on the JAX backend.
+        n_best: None, or an int: the loop of `Translator.n_best(texts,
+            n_best)` (`decoding.n_best_search`) instead of a plain
+            translation's.
+        cross_attention: bool, with `n_best`: the loop also returns the
+            cross-attention, as `n_best(..., alignments=True)` reads it.
 
     Returns:
         The exported `(weights, encoder_tokens) -> (generated, steps)`, for
         any batch size and source length (`encoder_tokens` int32
-        `(batch, length)`, `weights` the values of `model.variables`).
+        `(batch, length)`, `weights` the values of `model.variables`); with
+        `n_best`, `-> (tokens, scores, normalized_scores, token_scores,
+        steps[, cross_attention])`, the arrays of a `hypotheses.NBest`.
 
     Raises:
         RuntimeError: Keras does not run on JAX.
@@ -57,7 +65,10 @@ def export_decoding_program(translator):
             f"A translation program is exported from Keras on JAX; this process runs Keras on "
             f"{keras.backend.backend()!r}. Set KERAS_BACKEND=jax."
         )
-    if translator.beam_width == 1:
+    if n_best:
+        choice = NBestChoice(width=translator.beam_width, length_penalty=float(translator.length_penalty),
+                             n=int(n_best), max_new_tokens=translator.max_new_tokens)
+    elif translator.beam_width == 1:
         choice = GreedyChoice()
     else:
         choice = BeamChoice(width=translator.beam_width, length_penalty=float(translator.length_penalty))
@@ -65,8 +76,13 @@ def export_decoding_program(translator):
     variables = list(decoder.model.variables)
 
     def decode(encoder_tokens):
-        return search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
-                              no_repeat_ngram_size=translator.no_repeat_ngram_size)
+        results = search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
+                                 no_repeat_ngram_size=translator.no_repeat_ngram_size,
+                                 return_cross_attention=bool(n_best and cross_attention))
+        if not n_best:
+            return results
+        (tokens, scores, normalized, token_scores), steps, *weights = results
+        return (tokens, scores, normalized, token_scores, steps, *weights)
 
     batch, length = jax.export.symbolic_shape("batch, length")
     weights = [jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype) for variable in variables]
@@ -75,7 +91,7 @@ def export_decoding_program(translator):
 
 
 def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
-                              no_repeat_ngram_size=3):
+                              no_repeat_ngram_size=3, n_best=None, cross_attention=False):
     """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
 
     Args:
@@ -83,6 +99,7 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         entry: the entry's folder (`ProgramCache.entry`).
         cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
         beam_width, length_penalty, no_repeat_ngram_size: as `Translator`'s.
+        n_best, cross_attention: as `export_decoding_program`'s.
 
     Raises:
         UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
@@ -92,10 +109,11 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
                                                no_repeat_ngram_size=no_repeat_ngram_size)
     with phase("compile"):
-        program = export_decoding_program(translator)
+        program = export_decoding_program(translator, n_best, cross_attention)
     with phase("write"):
         variables = translator.decoder.model.variables
         cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
-        name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens)
+        name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
+                            n_best, cross_attention)
         cache.write(entry / name, bytes(program.serialize()))

@@ -277,7 +277,7 @@ def _add_attention_arguments(parser):
     parser.add_argument("--alignments", action="store_true",
                         help="word alignments from cross-attention: `TEXT ||| i-j ...` (source word i - target "
                              "word j, from 0), an alignment field after NORMALIZED with --n-best, `alignment` "
-                             "and `source_tokens` in --format jsonl (docs/alignments.md); runs the Keras model")
+                             "and `source_tokens` in --format jsonl (docs/alignments.md)")
     parser.add_argument("--alignment-layer", type=_alignment_layer, default="mean", metavar="K",
                         help='the decoder layer whose cross-attention the alignments and the map read: an index '
                              '(-1 the last) or "mean" of all, the measured best (default: %(default)s)')
@@ -342,11 +342,11 @@ def build_parser():
                            help="the N best translations of each input with their scores, N lines "
                                 "`INPUT ||| TEXT ||| SCORE ||| NORMALIZED` an input (INPUT counts from 0, SCORE is "
                                 "the log-probability, NORMALIZED the length-normalized score the beam ranked by); "
-                                "at most --beam; runs the Keras model")
+                                "at most --beam")
     translate.add_argument("--format", choices=("text", "jsonl"), default="text",
                            help="text: a translation a line (or the --n-best lines); jsonl: a JSON object an input, "
                                 "with source and hypotheses (text, score, normalized_score), as "
-                                "Translator.n_best gives them; runs the Keras model")
+                                "Translator.n_best gives them")
     translate.add_argument("--token-scores", action="store_true",
                            help="with --n-best or --format jsonl: each hypothesis' subword pieces and their "
                                 "log-probabilities too")

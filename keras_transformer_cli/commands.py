@@ -78,9 +78,16 @@ def _compiled_translator(args):
             raise UserInputError(str(error))
 
     log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
+    # --n-best, --format jsonl, --alignments and --attention-map: the program of an n-best list.
+    scored = getattr(args, "n_best", None) or getattr(args, "format", "text") == "jsonl" or _alignments(args)
     return load_compiled_translator(args.model, ProgramCache(), beam_width=args.beam,
                                     no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
-                                    write=write, log=log)
+                                    write=write, log=log, n_best=(args.n_best or 1) if scored else None,
+                                    cross_attention=_alignments(args))
+
+
+def _alignments(args):
+    return bool(getattr(args, "alignments", False) or getattr(args, "attention_map", None))
 
 
 def translate(args, out):
@@ -102,7 +109,7 @@ def translate(args, out):
     else:
         batches = arriving_batches(sys.stdin.buffer)
         decode = decode_line
-    alignments = args.alignments or bool(args.attention_map)
+    alignments = _alignments(args)
     scored = args.n_best or args.format == "jsonl" or alignments
     if alignments:
         _check_alignment_layer(translator, args.alignment_layer)

@@ -104,17 +104,12 @@ def translation_engine(args, parser):
 
     keras_module = sys.modules.get("keras")
     other_backend = keras_module is not None and keras_module.backend.backend() != "jax"
-    scored = (getattr(args, "n_best", None) or getattr(args, "format", None) == "jsonl"
-              or getattr(args, "alignments", False) or getattr(args, "attention_map", None))
     if args.engine == "auto":
-        compiled = (importable("jax") and cache_enabled() and not getattr(args, "quantize", None)
-                    and not other_backend and not scored)
+        compiled = importable("jax") and cache_enabled() and not getattr(args, "quantize", None) and not other_backend
         engine = "compiled" if compiled else "keras"
     elif args.engine == "compiled":
         problem = (
-            "gives one translation an input, without scores or attention: --n-best, --format jsonl, "
-            "--alignments and --attention-map run the Keras model (--engine keras)" if scored
-            else "needs JAX (pip install jax)" if not importable("jax")
+            "needs JAX (pip install jax)" if not importable("jax")
             else "keeps its program in the cache, which KERAS_TRANSFORMER_CACHE=0 turns off" if not cache_enabled()
             else "runs the Keras model only: drop --quantize, or pass --engine keras" if getattr(args, "quantize", None)
             else "writes its program with Keras on JAX, and this process already runs Keras on "

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from keras_transformer_runtime.errors import UserInputError
+from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
@@ -49,16 +50,18 @@ def engine_description():
     return f"jax {jax.__version__} jaxlib {jaxlib.__version__} {jax.default_backend()}"
 
 
-def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens):
-    """The file name of the program for one decoding setting.
+def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
+                 cross_attention=False):
+    """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
 
     Example:
 
-    >>> program_file(4, 0.6, 3, 127)
-    'beam4-alpha0.6-norepeat3-new127.jaxexport'
+    >>> program_file(4, 0.6, 3, 127), program_file(4, 0.6, 3, 127, n_best=2, cross_attention=True)
+    ('beam4-alpha0.6-norepeat3-new127.jaxexport', 'beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
     """
+    n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
     return f"beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
-           f"-new{int(max_new_tokens)}.jaxexport"
+           f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
 
 
 def use_compilation_cache(cache):
@@ -85,17 +88,25 @@ class CompiledTranslator(TextTranslator):
     The `TextTranslator` front end (tokenize, batch, pad into a few shapes,
     detokenize) around one exported program: the decoding loop of a
     `Translator` with the same settings. Built by `load_compiled_translator`.
+    A program of an n-best list (`n_best`) serves `n_best(texts, n_best)`,
+    with `alignments=True` too when it returns the cross-attention, and
+    translates with its first hypothesis.
 
     Args:
         program: a `jax.export.Exported` of `(weights, encoder_tokens) ->
-            (generated, steps)`, with a symbolic batch size and source length.
+            (generated, steps)`, with a symbolic batch size and source length
+            (`translation_program.export_decoding_program`).
         weights: list of NumPy arrays, the program's first argument.
         tokenizer: the run's `SentencePieceTokenizer`.
         max_length: the model's `max_length`.
         batch_size: `"auto"` or an int, as `Translator`'s.
+        beam_width: int, the program's beam width.
+        n_best: None, or the hypotheses per source of an n-best program.
+        cross_attention: bool, whether that program returns the cross-attention.
     """
 
-    def __init__(self, program, weights, tokenizer, max_length, batch_size="auto"):
+    def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
+                 cross_attention=False):
         import jax
 
         self.program = program
@@ -105,15 +116,43 @@ class CompiledTranslator(TextTranslator):
         self.max_length = int(max_length)
         self.bucketed = True
         self.batch_size = resolve_batch_size(batch_size, True, lambda: jax.default_backend() != "cpu")
+        self.beam_width = int(beam_width)
+        self.n_best_size = n_best
+        self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}
 
-    def _decode(self, source):
+    def _outputs(self, source):
         compiled = self._compiled.get(source.shape)
         if compiled is None:  # once per batch shape: XLA, or its code from the cache
             with phase("compile"):
                 compiled = self._compiled[source.shape] = self._run.lower(self._weights, source).compile()
-        generated, steps = compiled(self._weights, source)
+        return compiled(self._weights, source)
+
+    def _decode(self, source):
+        if self.n_best_size:
+            return self._decode_n_best(source, self.n_best_size).tokens[:, 0]
+        generated, steps = self._outputs(source)
         return np.asarray(generated)[:, : int(steps)]
+
+    def _decode_n_best(self, source, n, cross_attention=False):
+        if n != self.n_best_size or (cross_attention and not self.cross_attention):
+            raise NotImplementedError(
+                f"This program gives {self.n_best_size or 'no'} hypotheses a source"
+                f"{' with their cross-attention' if self.cross_attention else ''}: load the program of "
+                f"n_best={n}{', cross_attention=True' if cross_attention else ''} (load_compiled_translator)."
+            )
+        tokens, scores, normalized, token_scores, steps, *weights = self._outputs(source)
+        steps = int(steps)
+        return NBest(np.asarray(tokens)[:, :, :steps], np.asarray(scores), np.asarray(normalized),
+                     np.asarray(token_scores)[:, :, :steps],
+                     np.asarray(weights[0])[:, :, :, :steps] if cross_attention else None)
+
+    def decoder_layer_count(self):
+        """How many decoder layers the model has: the layers of the program's cross-attention."""
+        if not self.cross_attention:
+            raise NotImplementedError("This program gives no cross-attention: load the program of "
+                                      "cross_attention=True (load_compiled_translator).")
+        return int(self.program.out_avals[5].shape[2])
 
 
 def _require_run_files(run_directory):
@@ -126,15 +165,20 @@ def _require_run_files(run_directory):
 
 
 def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=DEFAULT_LENGTH_PENALTY,
-                             no_repeat_ngram_size=3, batch_size="auto", write=None, log=None):
+                             no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
+                             cross_attention=False):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         cache: a `ProgramCache`.
         beam_width, length_penalty, no_repeat_ngram_size, batch_size: as `Translator`'s.
+        n_best, cross_attention: the program of an n-best list (and its
+            cross-attention) instead of a plain translation's
+            (`CompiledTranslator`).
         write: called as `write(run_directory, entry, cache, beam_width=...,
-            length_penalty=..., no_repeat_ngram_size=...)` when the entry
+            length_penalty=..., no_repeat_ngram_size=..., n_best=...,
+            cross_attention=...)` when the entry
             lacks the weights or this setting's program: it writes them
             (`keras_transformer.translation_program.write_translation_program`,
             which needs Keras on JAX). None: a miss returns None.
@@ -155,15 +199,16 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         engine = engine_description()
     with phase("load"):
         entry = cache.entry(entry_key(run_directory, MODEL_FILE, VOCABULARY_FILE, engine))
-        loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
+        setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                       n_best=n_best, cross_attention=bool(n_best and cross_attention))
+        loaded = _read_entry(cache, entry, **setting)
     if loaded is None:
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
-        write(run_directory, entry, cache, beam_width=beam_width, length_penalty=length_penalty,
-              no_repeat_ngram_size=no_repeat_ngram_size)
+        write(run_directory, entry, cache, **setting)
         with phase("load"):
-            loaded = _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size)
+            loaded = _read_entry(cache, entry, **setting)
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
@@ -171,10 +216,11 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
     program, weights, settings = loaded
     with phase("load"):
         tokenizer = SentencePieceTokenizer(os.path.join(run_directory, VOCABULARY_FILE))
-        return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size)
+        return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
+                                  beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"])
 
 
-def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size):
+def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention):
     """`(program, weights, settings)` of an entry, or None if any part is missing or unreadable."""
     from jax import export
 
@@ -182,7 +228,7 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size):
     if not settings or "max_length" not in settings:
         return None
     program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
-                                        settings["max_length"] - 1)
+                                        settings["max_length"] - 1, n_best, cross_attention)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))

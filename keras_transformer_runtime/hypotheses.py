@@ -1,6 +1,8 @@
 """What a translator gives beyond the text: its hypotheses with their scores.
 
-`TextTranslator.n_best` returns one `Translation` per input: the source
+`NBest` holds a decoding loop's n best hypotheses as arrays (from
+`keras_transformer.decoding.n_best_search`, or from the compiled program);
+`TextTranslator.n_best` reads them into one `Translation` per input: the source
 and its best hypotheses, best first, each a `Hypothesis` with its
 log-probability score, the length-normalized score the beam ranked it by,
 and each token's score; with `alignments=True`, also its word alignment to
@@ -9,7 +11,22 @@ the source and the cross-attention it was read from
 object `keras-transformer translate --format jsonl` writes, one per line.
 """
 
+import collections
 import dataclasses
+
+NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores",
+                                         "cross_attention"), defaults=(None,))
+NBest.__doc__ = """The n best hypotheses of each source, best first (NumPy arrays).
+
+Fields:
+    tokens: int `(batch, n, steps)`, as `beam_search` gives them.
+    scores: float `(batch, n)`, each hypothesis' log-probability.
+    normalized_scores: float `(batch, n)`, the length-normalized score the beam ranked by.
+    token_scores: float `(batch, n, steps)`, each token's log-probability (0 after `END_ID`).
+    cross_attention: float `(batch, n, num_layers, steps, source_length)`, each decoder
+        layer's head-averaged cross-attention at the step that chose each token; None
+        unless asked for (`n_best_search(..., return_cross_attention=True)`).
+"""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -306,7 +306,8 @@ class TextTranslator:
     def _decode_n_best(self, source, n, cross_attention=False):
         raise NotImplementedError(
             f"{type(self).__name__} gives one translation per input; n-best lists need the Keras model "
-            "(keras_transformer.translator.Translator, or --engine keras)."
+            "(keras_transformer.translator.Translator) or a compiled program of an n-best list "
+            "(load_compiled_translator(..., n_best=n))."
         )
 
     def _decode(self, source):

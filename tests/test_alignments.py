@@ -176,7 +176,7 @@ def test_an_alignment_layer_the_model_lacks_is_refused_before_decoding(translato
         translator.n_best(SENTENCES, 1, alignments=True, alignment_layer=1)
 
 
-def test_the_compiled_engine_gives_no_attention(trained_run):
+def test_a_front_end_of_one_translation_an_input_says_what_gives_attention(trained_run):
     from keras_transformer_runtime.text_translator import TextTranslator
 
     class OneTranslation(TextTranslator):
@@ -186,7 +186,7 @@ def test_the_compiled_engine_gives_no_attention(trained_run):
             return 1
 
     OneTranslation.tokenizer = Translator.from_directory(str(trained_run)).tokenizer
-    with pytest.raises(NotImplementedError, match="n-best lists need the Keras model"):
+    with pytest.raises(NotImplementedError, match="a compiled program of an n-best list"):
         OneTranslation().n_best("Dios", 1, alignments=True)
 
 
@@ -253,7 +253,6 @@ def test_the_command_line_prints_alignments_json_and_draws_the_map(trained_run, 
 @pytest.mark.parametrize("flags, message", [
     (["--attention-map", "map.png", "Dios", "luz"], "--attention-map draws one translation"),
     (["--attention-weights", "Dios"], "--attention-weights are written in --format jsonl only"),
-    (["--alignments", "--engine", "compiled", "Dios"], "--engine compiled gives one translation an input"),
     (["--alignments", "--alignment-layer", "top", "Dios"], '"mean" or a decoder layer index'),
     (["--alignments", "--alignment-layer", "3", "Dios"], "decoder layer from -1 to 0"),
     (["--attention-map", "no/such/folder/map.png", "Dios"], "--attention-map 'no/such/folder/map.png'"),

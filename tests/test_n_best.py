@@ -90,7 +90,6 @@ def test_the_command_line_prints_n_best_lines_and_json_lines_that_match_python(t
 
 @pytest.mark.parametrize("flags, message", [
     (["--n-best", "5", "--beam", "4"], "--n-best 5 is more than the --beam 4"),
-    (["--n-best", "2", "--engine", "compiled"], "--engine compiled gives one translation an input"),
     (["--token-scores"], "--token-scores adds to the scores of --n-best or --format jsonl"),
 ])
 def test_bad_combinations_get_one_line_errors(trained_run, capsys, flags, message):

@@ -87,6 +87,43 @@ def test_the_compiled_engine_translates_as_the_keras_model_does(trained_run, war
     assert keras_engine.stdout.decode().splitlines() == compiled
 
 
+def test_the_compiled_engine_gives_the_n_best_scores_and_alignments_the_keras_model_gives(trained_run, warm_cache):
+    import json
+
+    cache, _ = warm_cache
+    flags = ["translate", "--model", str(trained_run), "--format", "jsonl", "--n-best", "2", "--token-scores",
+             "--attention-weights", *SENTENCES]
+    compiled = _run(_command(*flags, "--engine", "compiled"), cache)
+    assert compiled.returncode == 0, compiled.stderr.decode()[-3000:]
+    assert b"compiling the model's decoding program" in compiled.stderr  # the n-best list's own program
+    again = _run(_command(*flags, "--engine", "compiled"), cache)
+    assert b"compiling" not in again.stderr and again.stdout == compiled.stdout
+    keras_engine = _run(_command(*flags, "--engine", "keras"), cache, extra_env={"KERAS_BACKEND": "jax"})
+    assert keras_engine.returncode == 0, keras_engine.stderr.decode()[-3000:]
+    for ours, theirs in zip(*(map(json.loads, run.stdout.decode().splitlines()) for run in (compiled, keras_engine))):
+        assert ours["source_tokens"] == theirs["source_tokens"] and len(ours["hypotheses"]) == 2
+        for a, b in zip(ours["hypotheses"], theirs["hypotheses"]):
+            assert (a["text"], a["tokens"], a["alignment"]) == (b["text"], b["tokens"], b["alignment"])
+            np.testing.assert_allclose([a["score"], *a["token_scores"]], [b["score"], *b["token_scores"]], atol=1e-4)
+            np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-5)
+
+
+def test_a_compiled_program_serves_only_the_n_best_list_it_was_written_for(trained_run, warm_cache):
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+
+    cache, first_translations = warm_cache
+    written = _run(_command("translate", "--model", str(trained_run), "--n-best", "2", SENTENCES[0]), cache)
+    assert written.returncode == 0, written.stderr.decode()[-3000:]
+    translator = load_compiled_translator(str(trained_run), ProgramCache(cache / "keras-transformer"), n_best=2)
+    assert load_compiled_translator(str(trained_run), ProgramCache(cache / "keras-transformer"), n_best=3) is None
+    assert translator(SENTENCES) == first_translations  # its first hypotheses are the translations
+    assert len(translator.n_best(SENTENCES[0], 2).hypotheses) == 2
+    with pytest.raises(NotImplementedError, match="gives 2 hypotheses a source"):
+        translator.n_best(SENTENCES[0], 1)
+    with pytest.raises(NotImplementedError, match="cross_attention=True"):
+        translator.n_best(SENTENCES[0], 2, alignments=True)
+
+
 def test_a_changed_model_is_never_served_a_stale_program(trained_run, warm_cache, tmp_path):
     cache, _ = warm_cache
     run = tmp_path / "run"

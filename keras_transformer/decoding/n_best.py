@@ -15,27 +15,12 @@ token scores (`END_ID` included, the padding after it at no cost); its
 ** length_penalty` (`BeamChoice`).
 """
 
-import collections
 import dataclasses
 
 from keras import ops
 
 from keras_transformer.decoding.choices import BeamChoice
-
-NBest = collections.namedtuple("NBest", ("tokens", "scores", "normalized_scores", "token_scores",
-                                         "cross_attention"), defaults=(None,))
-NBest.__doc__ = """The n best hypotheses of each source, best first (NumPy arrays).
-
-Fields:
-    tokens: int `(batch, n, steps)`, as `beam_search` gives them.
-    scores: float `(batch, n)`, each hypothesis' log-probability.
-    normalized_scores: float `(batch, n)`, the length-normalized score the beam ranked by.
-    token_scores: float `(batch, n, steps)`, each token's log-probability (0 after `END_ID`).
-    cross_attention: float `(batch, n, num_layers, steps, source_length)`, each decoder
-        layer's head-averaged cross-attention at the step that chose each token; None
-        unless asked for (`n_best_search(..., return_cross_attention=True)`).
-"""
-
+from keras_transformer_runtime.hypotheses import NBest  # noqa: F401 (what n_best_search returns, importable here)
 
 @dataclasses.dataclass(frozen=True)
 class NBestChoice(BeamChoice):
