@@ -188,7 +188,8 @@ def _draw_attention_map(translation, args):
     from keras_transformer_runtime.attention_map import draw_attention_map
     from keras_transformer_runtime.errors import UserInputError
 
-    layer = "the mean of the decoder layers" if args.alignment_layer == "mean" else f"decoder layer {args.alignment_layer}"
+    layer = args.alignment_layer
+    layer = "the mean of the decoder layers" if layer == "mean" else f"decoder layer {layer}"
     try:
         draw_attention_map(translation, args.attention_map, title=f"{translation.source}\n({layer})")
     except (OSError, ValueError) as error:  # a folder that does not exist, an unknown image format

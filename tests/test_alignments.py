@@ -230,21 +230,22 @@ def test_the_command_line_prints_alignments_json_and_draws_the_map(trained_run, 
     model = str(trained_run)
     main(["translate", "--model", model, "--engine", "keras", *SENTENCES])
     plain = capsys.readouterr().out.splitlines()
-    main(["translate", "--model", model, "--alignments", *SENTENCES])
+    main(["translate", "--model", model, "--engine", "keras", "--alignments", *SENTENCES])
     lines = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     python = Translator.from_directory(model).n_best(SENTENCES, 2, alignments=True)
     assert [fields[0] for fields in lines] == plain
     assert [fields[1] for fields in lines] == [alignment.format_alignment(t.hypotheses[0].alignment) for t in python]
-    main(["translate", "--model", model, "--n-best", "2", "--alignments", *SENTENCES])
+    main(["translate", "--model", model, "--engine", "keras", "--n-best", "2", "--alignments", *SENTENCES])
     lines = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     assert all(len(fields) == 5 for fields in lines)
     assert [fields[4] for fields in lines] == [alignment.format_alignment(h.alignment)
                                                for t in python for h in t.hypotheses]
-    main(["translate", "--model", model, "--format", "jsonl", "--n-best", "2", "--attention-weights", *SENTENCES])
+    main(["translate", "--model", model, "--engine", "keras", "--format", "jsonl", "--n-best", "2",
+          "--attention-weights", *SENTENCES])
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert records == [json.loads(json.dumps(t.to_json(token_scores=False))) for t in python]
     picture = tmp_path / "map.png"
-    main(["translate", "--model", model, "--attention-map", str(picture), SENTENCES[1]])
+    main(["translate", "--model", model, "--engine", "keras", "--attention-map", str(picture), SENTENCES[1]])
     assert capsys.readouterr().out.splitlines() == plain[1:2]
     with open(picture, "rb") as image:
         assert image.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -261,7 +262,7 @@ def test_bad_attention_options_get_one_line_errors(trained_run, capsys, flags, m
     from keras_transformer_cli import main
 
     with pytest.raises(SystemExit) as exit_:
-        main(["translate", "--model", str(trained_run), *flags])
+        main(["translate", "--model", str(trained_run), "--engine", "keras", *flags])
     assert exit_.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert message in error[-1] and error[-1].startswith("keras-transformer")

@@ -77,12 +77,13 @@ def test_the_command_line_prints_n_best_lines_and_json_lines_that_match_python(t
     model = str(trained_run)
     main(["translate", "--model", model, "--engine", "keras", *SENTENCES])
     plain = capsys.readouterr().out.splitlines()
-    main(["translate", "--model", model, "--n-best", "2", "--beam", "4", *SENTENCES])
+    main(["translate", "--model", model, "--engine", "keras", "--n-best", "2", "--beam", "4", *SENTENCES])
     lines = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     assert [int(fields[0]) for fields in lines] == [0, 0, 1, 1, 2, 2] and all(len(f) == 4 for f in lines)
     assert [fields[1] for fields in lines[::2]] == plain
     assert float(lines[0][3]) >= float(lines[1][3])
-    main(["translate", "--model", model, "--format", "jsonl", "--n-best", "3", "--token-scores", *SENTENCES])
+    main(["translate", "--model", model, "--engine", "keras", "--format", "jsonl", "--n-best", "3", "--token-scores",
+          *SENTENCES])
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     python = Translator.from_directory(model).n_best(SENTENCES, 3)
     assert records == [json.loads(json.dumps(translation.to_json())) for translation in python]
