@@ -85,11 +85,14 @@ def word_attention(attention, source_pieces, target_pieces):
 
     >>> word_attention([[0.5, 0.25, 0.25], [0.0, 0.6, 0.4]], ["▁a", "▁b", "c"], ["▁x", "y"]).tolist()
     [[0.25, 0.425]]
+    >>> word_attention((), (), ()).shape  # a blank input's empty translation
+    (0, 0)
     """
     target_pieces = list(target_pieces)
     if target_pieces and target_pieces[-1] == END_PIECE:
         target_pieces = target_pieces[:-1]
-    attention = np.asarray(attention, "float64")[: len(target_pieces), : len(source_pieces)]
+    attention = np.asarray(attention, "float64").reshape(-1, len(source_pieces) or 1)
+    attention = attention[: len(target_pieces), : len(source_pieces)]
     source_words, target_words = word_of_each_piece(source_pieces), word_of_each_piece(target_pieces)
     by_source_word = np.zeros((len(target_pieces), max(source_words, default=-1) + 1))
     np.maximum.at(by_source_word.T, source_words, attention.T)  # weights are >= 0

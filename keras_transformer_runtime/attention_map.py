@@ -28,7 +28,8 @@ def draw_attention_map(translation, path, title=None):
         words)`.
 
     Raises:
-        ValueError: the translation carries no attention.
+        ValueError: the translation carries no attention, or its source
+            or its best hypothesis has no words (a blank input).
         UserInputError: matplotlib is not installed.
 
     Example:
@@ -53,6 +54,8 @@ def draw_attention_map(translation, path, title=None):
         raise UserInputError('Drawing the attention map needs matplotlib: pip install "keras-transformer[plots]".')
     weights = word_attention(best.attention, translation.source_tokens, best.tokens)
     source_words, target_words = words_of_pieces(translation.source_tokens), words_of_pieces(best.tokens)
+    if not source_words or not target_words:
+        raise ValueError(f"nothing to draw: the {'source' if not source_words else 'translation'} has no words.")
     figure = Figure(figsize=(1.6 + 0.45 * max(len(source_words), 4), 1.4 + 0.38 * max(len(target_words), 4)),
                     layout="constrained")
     FigureCanvasAgg(figure)

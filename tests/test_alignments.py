@@ -257,6 +257,7 @@ def test_the_command_line_prints_alignments_json_and_draws_the_map(trained_run, 
     (["--alignments", "--alignment-layer", "top", "Dios"], '"mean" or a decoder layer index'),
     (["--alignments", "--alignment-layer", "3", "Dios"], "decoder layer from -1 to 0"),
     (["--attention-map", "no/such/folder/map.png", "Dios"], "--attention-map 'no/such/folder/map.png'"),
+    (["--attention-map", "map.png", "  "], "nothing to draw: the source has no words"),
 ])
 def test_bad_attention_options_get_one_line_errors(trained_run, capsys, flags, message):
     from keras_transformer_cli import main
