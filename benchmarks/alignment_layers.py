@@ -26,14 +26,21 @@ import argparse
 import json
 import math
 import os
-import statistics
-import time
+
+from benchmarks.n_best_cost import cost_table
+from benchmarks.n_best_cost import time_in_turn
 
 PUNCTUATION = "\"'“”‘’¿¡«»()[],.;:!?-—"
 
 
 def bare(word):
-    """`word` without the punctuation around it."""
+    """`word` without the punctuation around it.
+
+    Example:
+
+    >>> bare("“Jacob,")
+    'Jacob'
+    """
     return word.strip(PUNCTUATION)
 
 
@@ -55,12 +62,18 @@ def anchors(source, target):
 
 
 def positional_links(source, target):
-    """Each target word linked to the source word at the same relative position (the guess without attention)."""
+    """Each target word linked to the source word at the same relative position (the guess without attention).
+
+    Example:
+
+    >>> sorted(positional_links("a b", "x y z w"))
+    [(0, 0), (0, 1), (1, 2), (1, 3)]
+    """
     source_count, target_count = len(source.split()), len(target.split())
     return {(min(source_count - 1, int(j * source_count / target_count)), j) for j in range(target_count)}
 
 
-def links_by(hypothesis, source_pieces, how):
+def _links_by(hypothesis, source_pieces, how):
     """The links of the alignment rule with another way of reading a source word's pieces: `"sum"` or `"first"`.
 
     The rule takes the largest weight over a source word's pieces; these
@@ -85,7 +98,13 @@ def links_by(hypothesis, source_pieces, how):
 
 
 def agreement(examples, links_of):
-    """`(hits, anchors)`: how many anchors the links `links_of(example)` hold, of how many."""
+    """`(hits, anchors)`: how many anchors the links `links_of(example)` hold, of how many.
+
+    Example:
+
+    >>> agreement([{"anchors": [(1, 0), (2, 2)]}], lambda example: {(1, 0), (0, 1)})
+    (1, 2)
+    """
     hits = total = 0
     for example in examples:
         links = links_of(example)
@@ -141,22 +160,14 @@ def main(argv=None):
             examples[k]["links"][str(layer)] = set(translation.hypotheses[0].alignment)
             if layer == ALIGNMENT_LAYER:
                 for how in ("sum", "first"):
-                    examples[k]["links"][f"{layer}, {how}"] = links_by(translation.hypotheses[0],
+                    examples[k]["links"][f"{layer}, {how}"] = _links_by(translation.hypotheses[0],
                                                                       translation.source_tokens, how)
     hits = {name: agreement(examples, lambda example: example["links"][name])[0] for name in examples[0]["links"]}
     hits["position"], count = agreement(examples, lambda e: positional_links(e["source"], e["translation"]))
 
     ways = {"plain": lambda: translator(texts), "n_best 1": lambda: translator.n_best(texts, 1),
             "n_best 1 + alignments": lambda: translator.n_best(texts, 1, alignments=True)}
-    for run in ways.values():  # compiles every shape
-        run()
-    seconds = {name: [] for name in ways}
-    for _ in range(args.repeats):
-        for name, run in ways.items():
-            start = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    seconds, medians = time_in_turn(ways, args.repeats)
 
     default_layer = ALIGNMENT_LAYER if ALIGNMENT_LAYER == "mean" else str(range(len(layers) - 1)[ALIGNMENT_LAYER])
     result = {"backend": keras.backend.backend(), "model": args.model, "splits": args.splits, "sentences": len(texts),
@@ -175,9 +186,7 @@ def main(argv=None):
             name, f"decoder layer {name}") + (" (the default)" if name == default_layer else "")
         low, high = wilson_interval(linked, count)
         lines.append(f"| {label} | {linked} of {count} | {linked / count:.1%} | {low:.1%} - {high:.1%} |")
-    lines += ["", "| way | median s | sentences/s | x plain |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {median:.3f} | {len(texts) / median:.1f} | {median / medians['plain']:.3f} |"
-              for name, median in medians.items()]
+    lines += ["", *cost_table(medians, len(texts))]
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(f"{result['backend']}, {len(texts)} sentences ({' '.join(args.splits)}), beam {args.beam}, "
                 f"{count} anchors in "

@@ -16,6 +16,46 @@ import statistics
 import time
 
 
+def time_in_turn(ways, repeats):
+    """Each way's whole-call seconds, the ways called in turn `repeats` times (after one call each to compile).
+
+    Args:
+        ways: dict of name -> callable.
+        repeats: int, rounds.
+
+    Returns:
+        `(seconds, medians)`: lists of seconds and their medians, by name.
+
+    Example:
+
+    >>> seconds, medians = time_in_turn({"plain": lambda: None}, 3)
+    >>> len(seconds["plain"]), medians["plain"] >= 0
+    (3, True)
+    """
+    for run in ways.values():  # compiles every shape
+        run()
+    seconds = {name: [] for name in ways}
+    for _ in range(repeats):
+        for name, run in ways.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds, {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def cost_table(medians, sentences):
+    """The Markdown rows of each way's median, sentences/s and ratio to `medians["plain"]`.
+
+    Example:
+
+    >>> cost_table({"plain": 2.0, "n_best 4": 2.5}, 100)[-1]
+    '| n_best 4 | 2.500 | 40.0 | 1.250 |'
+    """
+    lines = ["| way | median s | sentences/s | x plain |", "|---|---:|---:|---:|"]
+    return lines + [f"| {name} | {median:.3f} | {sentences / median:.1f} | {median / medians['plain']:.3f} |"
+                    for name, median in medians.items()]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a `keras-transformer train` output folder")
@@ -35,26 +75,15 @@ def main(argv=None):
     translator = Translator.from_directory(args.model, beam_width=args.beam)
     ways = {"plain": lambda: translator(texts)}
     ways.update({f"n_best {n}": (lambda n=n: translator.n_best(texts, n)) for n in args.n})
-    plain = None
-    for name, run in ways.items():  # compiles every shape
-        output = run()
-        plain = output if name == "plain" else plain
+    plain = ways["plain"]()
     first_is_plain = all([t.text for t in ways[f"n_best {n}"]()] == plain for n in args.n)
-    seconds = {name: [] for name in ways}
-    for _ in range(args.repeats):
-        for name, run in ways.items():
-            start = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    seconds, medians = time_in_turn(ways, args.repeats)
     result = {"backend": keras.backend.backend(), "split": args.split, "sentences": len(texts), "beam": args.beam,
               "first_hypothesis_is_the_translation": first_is_plain, "seconds": seconds, "median_seconds": medians}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(result, f, indent=2)
-    lines = ["| way | median s | sentences/s | x plain |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {median:.3f} | {len(texts) / median:.1f} | {median / medians['plain']:.3f} |"
-              for name, median in medians.items()]
+    lines = cost_table(medians, len(texts))
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(f"{result['backend']}, {len(texts)} {args.split} sentences, beam {args.beam}, "
                 f"median of {args.repeats}; first hypothesis = translation: {first_is_plain}\n\n"

@@ -78,16 +78,20 @@ def _compiled_translator(args):
             raise UserInputError(str(error))
 
     log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
-    # --n-best, --format jsonl, --alignments and --attention-map: the program of an n-best list.
-    scored = getattr(args, "n_best", None) or getattr(args, "format", "text") == "jsonl" or _alignments(args)
     return load_compiled_translator(args.model, ProgramCache(), beam_width=args.beam,
                                     no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
-                                    write=write, log=log, n_best=(args.n_best or 1) if scored else None,
+                                    write=write, log=log, n_best=(args.n_best or 1) if _scored(args) else None,
                                     cross_attention=_alignments(args))
 
 
 def _alignments(args):
+    """Whether `translate` reads the cross-attention: `--alignments` or `--attention-map`."""
     return bool(getattr(args, "alignments", False) or getattr(args, "attention_map", None))
+
+
+def _scored(args):
+    """Whether `translate` gives n-best lists (`--n-best`, `--format jsonl`, or the attention's options)."""
+    return bool(getattr(args, "n_best", None) or getattr(args, "format", "text") == "jsonl" or _alignments(args))
 
 
 def translate(args, out):
@@ -109,8 +113,7 @@ def translate(args, out):
     else:
         batches = arriving_batches(sys.stdin.buffer)
         decode = decode_line
-    alignments = _alignments(args)
-    scored = args.n_best or args.format == "jsonl" or alignments
+    alignments, scored = _alignments(args), _scored(args)
     if alignments:
         _check_alignment_layer(translator, args.alignment_layer)
     skipped = replaced = 0
@@ -173,13 +176,11 @@ def _print_scored(translation, index, args, out):
 
 
 def _check_alignment_layer(translator, layer):
-    import numpy as np
-
-    from keras_transformer_runtime.alignment import layer_weights
+    from keras_transformer_runtime.alignment import check_layer
     from keras_transformer_runtime.errors import UserInputError
 
     try:
-        layer_weights(np.zeros((translator.decoder_layer_count(), 0, 0)), layer)
+        check_layer(layer, translator.decoder_layer_count())
     except ValueError as error:
         raise UserInputError(f"--alignment-layer: {error}")
 

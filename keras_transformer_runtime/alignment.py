@@ -111,6 +111,11 @@ def alignment_links(attention, source_pieces, target_pieces):
     Returns:
         A tuple of `(i, j)` int pairs, by target word `j`; empty when
         either side has no word.
+
+    Example:
+
+    >>> alignment_links([[0.2, 0.8], [0.7, 0.3], [0.5, 0.5]], ["▁luz", "▁Sea"], ["▁Let", "▁light", "</s>"])
+    ((1, 0), (0, 1))
     """
     words = word_attention(attention, source_pieces, target_pieces)
     if words.size == 0:
@@ -129,6 +134,27 @@ def format_alignment(links):
     return " ".join(f"{i}-{j}" for i, j in links)
 
 
+def check_layer(layer, layers):
+    """Refuses an alignment layer that a model of `layers` decoder layers does not have.
+
+    Args:
+        layer: int index (negative from the last layer), or `"mean"`.
+        layers: int, the model's decoder layers.
+
+    Raises:
+        ValueError: `layer` is neither `"mean"` nor an index of `layers` layers.
+
+    Example:
+
+    >>> check_layer(-1, 2)  # the last of two
+    """
+    if layer == "mean":
+        return
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -layers <= layer < layers:
+        raise ValueError(f'alignment_layer must be "mean" or a decoder layer from {-layers} to {layers - 1} '
+                         f"(the model has {layers}); got {layer!r}.")
+
+
 def layer_weights(weights, layer):
     """One layer's weights out of every layer's, or their mean.
 
@@ -140,7 +166,7 @@ def layer_weights(weights, layer):
         float `(target pieces, source pieces)`.
 
     Raises:
-        ValueError: `layer` is neither `"mean"` nor an index of `weights`.
+        ValueError: as `check_layer`.
 
     Example:
 
@@ -148,13 +174,8 @@ def layer_weights(weights, layer):
     [[4.0, 5.0], [6.0, 7.0]]
     """
     weights = np.asarray(weights)
-    if layer == "mean":
-        return weights.mean(axis=0)
-    layers = weights.shape[0]
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -layers <= layer < layers:
-        raise ValueError(f'alignment_layer must be "mean" or a decoder layer from {-layers} to {layers - 1} '
-                         f"(the model has {layers}); got {layer!r}.")
-    return weights[layer]
+    check_layer(layer, weights.shape[0])
+    return weights.mean(axis=0) if layer == "mean" else weights[layer]
 
 
 def words_of_pieces(pieces):

@@ -15,6 +15,7 @@ import numpy as np
 
 from keras_transformer_runtime.alignment import ALIGNMENT_LAYER
 from keras_transformer_runtime.alignment import alignment_links
+from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
@@ -225,7 +226,7 @@ class TextTranslator:
             raise ValueError(f"n must be an int from 1 to the beam's width, {beam_width}; got n={n!r}.")
         single, texts = _checked_texts(texts)
         if alignments:
-            layer_weights(np.zeros((self.decoder_layer_count(), 0, 0)), alignment_layer)  # checked before decoding
+            check_layer(alignment_layer, self.decoder_layer_count())  # before decoding
 
         def translate_batch(source, count):
             n_best = self._decode_n_best(source, int(n), cross_attention=bool(alignments))
@@ -298,9 +299,9 @@ class TextTranslator:
             if attention is not None:
                 attention = attention[: len(ids), : len(sources[row])]
                 extra = {"alignment": alignment_links(attention, sources[row], tokens),
-                         "attention": tuple(tuple(float(value) for value in step) for step in attention)}
+                         "attention": tuple(map(tuple, attention.tolist()))}
             rows[row][1].append(Hypothesis(text, score, normalized_score, tokens,
-                                           tuple(float(value) for value in token_scores), **extra))
+                                           tuple(np.asarray(token_scores, "float64").tolist()), **extra))
         return rows
 
     def _decode_n_best(self, source, n, cross_attention=False):

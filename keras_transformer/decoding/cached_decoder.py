@@ -77,6 +77,9 @@ class CachedDecoder:
     (1, 20)
     """
 
+    # `start(..., attention_length=N)` records the cross-attention (`search_tensors` asks).
+    records_cross_attention = True
+
     def __init__(self, model, max_length=None, jit_compile=False):
         parts = transformer_parts(model)
         self.model = model

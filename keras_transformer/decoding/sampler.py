@@ -199,7 +199,7 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         chose each token.
     """
     recording = {"attention_length": max_new_tokens} if return_cross_attention else {}
-    if return_cross_attention and not hasattr(decoder, "grow"):
+    if return_cross_attention and not getattr(decoder, "records_cross_attention", False):
         raise ValueError(f"{type(decoder).__name__} does not record cross-attention: use a CachedDecoder.")
     rows = ops.shape(encoder_tokens)[0] * choice.width
     # Beam search copies its caches every step: it starts them short. Greedy
