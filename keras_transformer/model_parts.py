@@ -11,10 +11,14 @@ import typing
 
 import keras
 
+from keras_transformer_runtime.special_tokens import START_ID
+
 ENCODER_TOKENS = "encoder_tokens"
 DECODER_TOKENS = "decoder_tokens"
 OUTPUT_PROJECTION = "output_projection"
 LOGITS = "logits"
+# The one `PositionalEmbedding` of a model whose source and target share it (Marian's `shared`).
+SHARED_EMBEDDING = "shared_embedding"
 
 
 def embedding_name(stack):
@@ -85,7 +89,8 @@ class TransformerParts(typing.NamedTuple):
     """The layers of a `models.transformer()` model that decoding uses.
 
     Attributes:
-        encoder_embedding: the source `PositionalEmbedding`.
+        encoder_embedding: the source `PositionalEmbedding` (the same layer
+            as `decoder_embedding` in a model built with `share_embeddings`).
         encoder_padding_mask: the source `PaddingMask`.
         encoder_layers: the `EncoderLayer`s, in order.
         encoder_final_norm: the last layer norm of a pre-LN encoder, or None.
@@ -94,6 +99,8 @@ class TransformerParts(typing.NamedTuple):
         decoder_final_norm: as `encoder_final_norm`, for the decoder.
         output_projection: the `Dense` to logits, or None when the
             embedding is tied (`decoder_embedding.project_to_vocabulary`).
+        decoder_padding_mask: the target `PaddingMask`, which knows the
+            start token (`decoder_start_id`).
     """
 
     encoder_embedding: object
@@ -104,6 +111,13 @@ class TransformerParts(typing.NamedTuple):
     decoder_layers: list
     decoder_final_norm: object
     output_projection: object
+    decoder_padding_mask: object = None
+
+    @property
+    def decoder_start_id(self):
+        """The token every target starts with: `START_ID`, or the one the decoder's mask names (Marian's padding)."""
+        start_id = getattr(self.decoder_padding_mask, "start_id", None)
+        return START_ID if start_id is None else start_id
 
     @property
     def encoder_output(self):
@@ -157,6 +171,9 @@ def transformer_parts(model, what="`model`"):
     except (AttributeError, ValueError):  # a subclassed model that was never called
         inputs = None
     layers = {layer.name: layer for layer in model.layers}
+    if SHARED_EMBEDDING in layers:
+        for stack in ("encoder", "decoder"):
+            layers.setdefault(embedding_name(stack), layers[SHARED_EMBEDDING])
     required = (embedding_name("encoder"), padding_mask_name("encoder"), layer_name("encoder", 0),
                 embedding_name("decoder"), layer_name("decoder", 0))
     expected_inputs = {ENCODER_TOKENS, DECODER_TOKENS}
@@ -182,4 +199,5 @@ def transformer_parts(model, what="`model`"):
         decoder_layers=_numbered(layers, "decoder"),
         decoder_final_norm=layers.get(final_norm_name("decoder")),
         output_projection=layers.get(OUTPUT_PROJECTION),
+        decoder_padding_mask=layers.get(padding_mask_name("decoder")),
     )

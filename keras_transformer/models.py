@@ -21,19 +21,22 @@ from keras_transformer.model_parts import DECODER_TOKENS
 from keras_transformer.model_parts import ENCODER_TOKENS
 from keras_transformer.model_parts import LOGITS
 from keras_transformer.model_parts import OUTPUT_PROJECTION
+from keras_transformer.model_parts import SHARED_EMBEDDING
 from keras_transformer.model_parts import embedding_dropout_name
 from keras_transformer.model_parts import embedding_name
 from keras_transformer.model_parts import final_norm_name
 from keras_transformer.model_parts import layer_name
 from keras_transformer.model_parts import padding_mask_name
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 
 
 def _token_input(name):
     return keras.Input(shape=(None,), dtype="int32", name=name)
 
 
-def _embed(tokens, vocabulary_size, d_model, max_length, dropout, embedding, name):
-    layer = PositionalEmbedding(
+def _embed(tokens, vocabulary_size, d_model, max_length, dropout, embedding, name, layer=None):
+    layer = layer or PositionalEmbedding(
         vocabulary_size, d_model, max_length, name=embedding_name(name), **embedding
     )
     x = layer(tokens)
@@ -52,10 +55,11 @@ def _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options):
     return dict(d_model=d_model, num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, **layer_options)
 
 
-def _encode(tokens, vocabulary_size, num_layers, arguments, max_length, embedding, name):
+def _encode(tokens, vocabulary_size, num_layers, arguments, max_length, embedding, name, embedding_layer=None):
     mask = PaddingMask(name=padding_mask_name(name))(tokens)
     _, x = _embed(
-        tokens, vocabulary_size, arguments["d_model"], max_length, arguments["dropout"], embedding, name
+        tokens, vocabulary_size, arguments["d_model"], max_length, arguments["dropout"], embedding, name,
+        layer=embedding_layer,
     )
     for i in range(num_layers):
         x = EncoderLayer(name=layer_name(name, i), **arguments)(x, mask=mask)
@@ -71,8 +75,9 @@ def _logits(x, vocabulary_size, embedding_layer, tie_embeddings):
     return keras.layers.Activation("linear", dtype="float32", name=LOGITS)(logits)
 
 
-def _embedding_options(embedding_scale, positions, merge, position_dim):
-    return dict(scale=embedding_scale, positions=positions, merge=merge, position_dim=position_dim)
+def _embedding_options(embedding_scale, positions, merge, position_dim, sinusoid_layout="interleaved"):
+    return dict(scale=embedding_scale, positions=positions, merge=merge, position_dim=position_dim,
+                sinusoid_layout=sinusoid_layout)
 
 
 def transformer(
@@ -87,10 +92,14 @@ def transformer(
     dropout=0.1,
     num_decoder_layers=None,
     tie_embeddings=False,
+    share_embeddings=False,
+    output_bias=False,
+    decoder_start_id=START_ID,
     embedding_scale="sqrt",
     positions="sinusoidal",
     merge="add",
     position_dim=None,
+    sinusoid_layout="interleaved",
     name="transformer",
     **layer_options,
 ):
@@ -113,9 +122,20 @@ def transformer(
         num_decoder_layers: int, decoder depth. Defaults to `num_layers`.
         tie_embeddings: bool, use the decoder's embedding matrix as the
             output projection (section 3.4). Defaults to False.
-        embedding_scale, positions, merge, position_dim: passed to both
-            `PositionalEmbedding`s as `scale`, `positions`, `merge` and
-            `position_dim`.
+        share_embeddings: bool, one `PositionalEmbedding` (one token
+            matrix, named `shared_embedding`) for the source and the target,
+            as in Marian; needs equal vocabulary sizes. Defaults to False.
+        output_bias: bool, a bias over the vocabulary added to the tied
+            output projection (Marian's `final_logits_bias`); needs
+            `tie_embeddings`. Defaults to False.
+        decoder_start_id: int, the token every target starts with, in
+            training and decoding. Defaults to `START_ID`; Marian's
+            decoders start from the padding id `PAD_ID` (its embedding row
+            is zero in OPUS-MT models), which the decoder's padding mask
+            then keeps as a real position.
+        embedding_scale, positions, merge, position_dim, sinusoid_layout:
+            passed to both `PositionalEmbedding`s as `scale`, `positions`,
+            `merge`, `position_dim` and `sinusoid_layout`.
         name: str, name of the model.
         **layer_options: passed to every `EncoderLayer` and `DecoderLayer`.
 
@@ -134,16 +154,31 @@ def transformer(
     >>> tuple(model(batch).shape)
     (1, 3, 120)
     """
-    embedding = _embedding_options(embedding_scale, positions, merge, position_dim)
+    if output_bias and not tie_embeddings:
+        raise ValueError("output_bias=True needs tie_embeddings=True: an untied output projection has its own bias.")
+    embedding = _embedding_options(embedding_scale, positions, merge, position_dim, sinusoid_layout)
+    shared = None
+    if share_embeddings:
+        if source_vocabulary_size != target_vocabulary_size:
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary: source_vocabulary_size="
+                f"{source_vocabulary_size} and target_vocabulary_size={target_vocabulary_size} differ."
+            )
+        shared = PositionalEmbedding(target_vocabulary_size, d_model, max_length, name=SHARED_EMBEDDING,
+                                     output_bias=output_bias, **embedding)
     arguments = _layer_arguments(d_model, num_heads, ff_dim, dropout, layer_options)
     encoder_tokens = _token_input(ENCODER_TOKENS)
     decoder_tokens = _token_input(DECODER_TOKENS)
     encoder_outputs, encoder_mask = _encode(
-        encoder_tokens, source_vocabulary_size, num_layers, arguments, max_length, embedding, "encoder"
+        encoder_tokens, source_vocabulary_size, num_layers, arguments, max_length, embedding, "encoder",
+        embedding_layer=shared,
     )
-    decoder_mask = PaddingMask(name=padding_mask_name("decoder"))(decoder_tokens)
+    start = {} if decoder_start_id == START_ID else {"start_id": int(decoder_start_id)}
+    decoder_mask = PaddingMask(padding_id=PAD_ID, name=padding_mask_name("decoder"), **start)(decoder_tokens)
+    decoder_options = dict(embedding, output_bias=True) if output_bias else embedding
     decoder_embedding, x = _embed(
-        decoder_tokens, target_vocabulary_size, d_model, max_length, dropout, embedding, "decoder"
+        decoder_tokens, target_vocabulary_size, d_model, max_length, dropout, decoder_options, "decoder",
+        layer=shared,
     )
     for i in range(num_layers if num_decoder_layers is None else num_decoder_layers):
         x = DecoderLayer(name=layer_name("decoder", i), **arguments)(

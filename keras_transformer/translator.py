@@ -153,7 +153,7 @@ class Translator(TextTranslator):
 
     @classmethod
     def from_directory(cls, directory, quantize=None, **kwargs):
-        """Loads `model.keras` and `vocabulary.spm` from a training output folder.
+        """Loads `model.keras` and its vocabulary from a run folder (trained, or imported from Marian).
 
         Args:
             directory: the `--output` folder of `keras-transformer train`.
@@ -169,7 +169,8 @@ class Translator(TextTranslator):
                 SentencePiece model or not the model's vocabulary.
         """
         from keras_transformer import run_folder
-        from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+        from keras_transformer_runtime.run_files import load_run_tokenizer
+        from keras_transformer_runtime.run_files import vocabulary_files
 
         model_path = os.path.join(directory, run_folder.MODEL_FILE)
         if not os.path.isfile(model_path):
@@ -177,7 +178,7 @@ class Translator(TextTranslator):
                 f"No trained model at {model_path!r}: pass the --output folder of a "
                 "finished `keras-transformer train` run."
             )
-        vocabulary_path = os.path.join(directory, run_folder.VOCABULARY_FILE)
+        vocabulary_path = os.path.join(directory, vocabulary_files(directory)[0])
         if not os.path.isfile(vocabulary_path):
             raise FileNotFoundError(
                 f"No vocabulary at {vocabulary_path!r}: the folder (directory={directory!r}) "
@@ -191,7 +192,7 @@ class Translator(TextTranslator):
 
             quantize_model(model, quantize)
         try:
-            tokenizer = SentencePieceTokenizer(vocabulary_path)
+            tokenizer = load_run_tokenizer(directory)
         except ValueError as error:
             raise ValueError(f"{vocabulary_path!r}: {error}") from error
         return cls(model, tokenizer, **kwargs)

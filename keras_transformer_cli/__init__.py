@@ -50,6 +50,9 @@ LORA_TARGETS = ("query", "value", "embeddings")
 LORA_TARGET_NAMES = ("query", "key", "value", "output", "embeddings")
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
+QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the weights' "
+                 "bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs about 0.6 BLEU "
+                 "(docs/keras-workflows.md)")
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text
@@ -334,10 +337,7 @@ def build_parser():
     translate.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
                             help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
                                  "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
-    translate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS,
-                        help="quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the "
-                             "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
-                             "about 0.6 BLEU (docs/keras-workflows.md)")
+    translate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
     translate.add_argument("--n-best", type=_positive_int, metavar="N",
                            help="the N best translations of each input with their scores, N lines "
                                 "`INPUT ||| TEXT ||| SCORE ||| NORMALIZED` an input (INPUT counts from 0, SCORE is "
@@ -372,10 +372,7 @@ def build_parser():
                                "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_engine_argument(evaluate)
-    evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS,
-                        help="quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the "
-                             "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
-                             "about 0.6 BLEU (docs/keras-workflows.md)")
+    evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
     _add_corpus_arguments(evaluate, from_run=True, languages=False)
 
     export = verb("export", commands.export,
@@ -387,13 +384,15 @@ def build_parser():
                              "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine")
     export.add_argument("--max-new-tokens", type=_positive_int,
                         help="savedmodel: longest translation (default: the model's max_length - 1)")
-    export.add_argument("--quantize", choices=KERAS_QUANTIZATIONS,
-                        help="savedmodel: quantize the model with Keras before exporting it: int8 keeps BLEU at a quarter of the "
-                             "weights' bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs "
-                             "about 0.6 BLEU (docs/keras-workflows.md)")
+    export.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help="savedmodel: " + QUANTIZE_HELP)
     export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
                         help="ctranslate2: weight type on disk (default: float32; CTranslate2 can also "
                              "quantize when it loads the model)")
+
+    marian = verb("import", commands.import_model, "turn a Hugging Face Marian (OPUS-MT) model into a run folder")
+    marian.add_argument("source", help="a MarianMTModel folder, or a hub id (Helsinki-NLP/opus-mt-es-en) when online")
+    marian.add_argument("--output", required=True, help="the run folder to write; every verb takes it as --model")
+    marian.add_argument("--overwrite", action="store_true", help="replace --output if it holds files")
 
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",

@@ -327,6 +327,18 @@ def importable(name):
         return False
 
 
+def import_model(args, out):
+    """`import`: a Hugging Face Marian model (folder or hub id) written as a run folder."""
+    from keras_transformer.checkpoints.marian import import_marian
+    from keras_transformer_runtime.timings import phase
+
+    with phase("work"):
+        checkpoint = import_marian(args.source, args.output, overwrite=args.overwrite)
+    a = checkpoint.architecture
+    print(f"imported {args.source}: Marian, {a.num_layers}+{a.num_decoder_layers} layers, d_model {a.d_model}, "
+          f"{a.vocabulary_size:,} tokens; translate with --model {args.output}", file=out)
+
+
 def ablate(args, out):
     """`ablate`: `run_ablation` on the flags' settings; prints the table to `out`."""
     import dataclasses

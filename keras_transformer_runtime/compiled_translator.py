@@ -25,7 +25,8 @@ from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
-from keras_transformer_runtime.run_files import VOCABULARY_FILE
+from keras_transformer_runtime.run_files import load_run_tokenizer
+from keras_transformer_runtime.run_files import vocabulary_files
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
 from keras_transformer_runtime.timings import phase
@@ -156,7 +157,7 @@ class CompiledTranslator(TextTranslator):
 
 
 def _require_run_files(run_directory):
-    for name, what in ((MODEL_FILE, "trained model"), (VOCABULARY_FILE, "vocabulary")):
+    for name, what in ((MODEL_FILE, "trained model"), *((name, "vocabulary") for name in vocabulary_files(run_directory))):
         path = os.path.join(run_directory, name)
         if not os.path.isfile(path):
             raise UserInputError(
@@ -190,15 +191,13 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
     Raises:
         UserInputError: the folder holds no model or no vocabulary.
     """
-    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
-
     log = log or (lambda line: None)
     _require_run_files(run_directory)
     with phase("import"):
         use_compilation_cache(cache)
         engine = engine_description()
     with phase("load"):
-        entry = cache.entry(entry_key(run_directory, MODEL_FILE, VOCABULARY_FILE, engine))
+        entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine))
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                        n_best=n_best, cross_attention=bool(n_best and cross_attention))
         loaded = _read_entry(cache, entry, **setting)
@@ -215,7 +214,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         log(f"translation program: from the cache, {entry}")
     program, weights, settings = loaded
     with phase("load"):
-        tokenizer = SentencePieceTokenizer(os.path.join(run_directory, VOCABULARY_FILE))
+        tokenizer = load_run_tokenizer(run_directory)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"])
 

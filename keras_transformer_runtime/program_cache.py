@@ -126,12 +126,14 @@ def cpu_fingerprint():
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def entry_key(run_directory, model_file, vocabulary_file, engine):
+def entry_key(run_directory, model_file, vocabulary_files, engine):
     """The name of a run's cache entry: a hash of everything that shapes its programs.
 
     Args:
         run_directory: the training run's folder.
-        model_file, vocabulary_file: the file names inside it.
+        model_file: the model's file name inside it.
+        vocabulary_files: the vocabulary's file name, or a sequence of
+            names (`run_files.vocabulary_files`).
         engine: a string naming the engine and its versions and platform
             (e.g. `"jax 0.10.2 jaxlib 0.10.2 cpu"`).
 
@@ -140,7 +142,8 @@ def entry_key(run_directory, model_file, vocabulary_file, engine):
     """
     digest = hashlib.sha256(f"format {FORMAT}|{engine}|{source_fingerprint()}".encode())
     folder = pathlib.Path(run_directory)
-    _hash_files(digest, [folder / model_file, folder / vocabulary_file])
+    names = [vocabulary_files] if isinstance(vocabulary_files, str) else list(vocabulary_files)
+    _hash_files(digest, [folder / model_file, *(folder / name for name in names)])
     return digest.hexdigest()[:32]
 
 

@@ -89,6 +89,7 @@ class CachedDecoder:
         self.decoder_layers = parts.decoder_layers
         self.final_norm = parts.decoder_final_norm
         self.output_projection = parts.output_projection
+        self.start_id = parts.decoder_start_id
         self.max_length = max_length or self.embedding.max_length
         self.encoder = keras.Model(
             model.input[ENCODER_TOKENS],

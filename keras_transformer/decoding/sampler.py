@@ -29,6 +29,25 @@ from keras_transformer_runtime.special_tokens import START_ID
 FORBIDDEN_TOKEN_IDS = (PAD_ID, START_ID)
 
 
+def forbidden_token_ids(decoder):
+    """The tokens `decoder` may never emit: padding, and the token its targets start with.
+
+    A model imported from Marian starts from its padding token, so its
+    `START_ID` is an ordinary piece it may emit.
+
+    Example:
+
+    >>> forbidden_token_ids(object())  # a decoder that names no start: START_ID
+    (0, 2)
+    """
+    return tuple(sorted({PAD_ID, decoder_start_id(decoder)}))
+
+
+def decoder_start_id(decoder):
+    """The token `decoder`'s targets start with (its `start_id`, else `START_ID`)."""
+    return getattr(decoder, "start_id", START_ID)
+
+
 def compile_function(function, variables=None):
     """`function` compiled by XLA on JAX and TensorFlow; unchanged on torch.
 
@@ -104,14 +123,16 @@ def with_variable_values(function, variables):
     return with_values
 
 
-def mask_forbidden_tokens(logits):
+def mask_forbidden_tokens(logits, forbidden=FORBIDDEN_TOKEN_IDS):
     """`logits` with the tokens a decoder must never emit set to `-inf`.
 
     Args:
         logits: float `(rows, vocabulary)`.
+        forbidden: the token ids to mask (`forbidden_token_ids` of the
+            decoder). Defaults to `FORBIDDEN_TOKEN_IDS` (padding, start).
 
     Returns:
-        The logits with `FORBIDDEN_TOKEN_IDS` (padding, start) at `-inf`.
+        The logits with `forbidden` at `-inf`.
 
     Example:
 
@@ -119,7 +140,7 @@ def mask_forbidden_tokens(logits):
     >>> keras.ops.convert_to_numpy(row).tolist()
     [[-inf, 0.0, -inf, 0.0, 0.0]]
     """
-    forbidden = np.isin(np.arange(logits.shape[-1]), FORBIDDEN_TOKEN_IDS)
+    forbidden = np.isin(np.arange(logits.shape[-1]), forbidden)
     return ops.where(ops.convert_to_tensor(forbidden)[None, :], float("-inf"), logits)
 
 
@@ -216,6 +237,7 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
             encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
         decoder_state = decoder.start(encoder_tokens, **recording)
     columns = ops.arange(max_new_tokens, dtype="int32")
+    forbidden = forbidden_token_ids(decoder)
 
     def keep_going_until(end):
         def keep_going(index, tokens, finished, generated, decoder_state, choice_state):
@@ -228,7 +250,7 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
 
     def step(index, tokens, finished, generated, decoder_state, choice_state):
         logits, decoder_state = decoder.next_logits(tokens, index, decoder_state)
-        logits = mask_forbidden_tokens(logits)
+        logits = mask_forbidden_tokens(logits, forbidden)
         if no_repeat_ngram_size:
             logits = block_repeated_ngrams(logits, generated, index, no_repeat_ngram_size)
         next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state)
@@ -244,7 +266,7 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
 
     loop_state = (
         ops.convert_to_tensor(0, "int32"),
-        ops.full((rows, 1), START_ID, "int32"),
+        ops.full((rows, 1), decoder_start_id(decoder), "int32"),
         ops.zeros((rows,), "bool"),
         ops.zeros((rows, max_new_tokens), "int32"),
         decoder_state,

@@ -60,6 +60,7 @@ class UncachedDecoder:
         self.source_vocabulary_size = parts.encoder_embedding.vocabulary_size
         self.source_max_length = parts.encoder_embedding.max_length
         self.max_length = max_length or parts.decoder_embedding.max_length
+        self.start_id = parts.decoder_start_id
         self.jit_compile = jit_compile
 
     def start(self, encoder_tokens):

@@ -8,6 +8,7 @@ from keras import ops
 from keras_transformer.layers import input_checks
 from keras_transformer.layers import legacy_weights
 from keras_transformer.layers import quantized_policies
+from keras_transformer.layers.sinusoidal_encoding import LAYOUTS
 from keras_transformer.layers.sinusoidal_encoding import sinusoidal_encoding
 from keras_transformer.layers.sublayer_call import call_sublayer
 
@@ -53,11 +54,18 @@ class PositionalEmbedding(keras.layers.Layer):
             `merge="add"`), `None` leaves them unscaled, a float multiplies
             by that float.
         positions: `"sinusoidal"` (default, fixed) or `"learned"`.
+        sinusoid_layout: `"interleaved"` (default, the paper's: sine and
+            cosine of each frequency side by side) or `"halves"` (all sines,
+            then all cosines, as Marian and Hugging Face's OPUS-MT models
+            have them); see `sinusoidal_encoding`.
         merge: `"add"` (default) or `"concat"`.
         position_dim: int, width of the position part when
             `merge="concat"`. Required then, unused otherwise.
         mask_zero: bool. If True, token id 0 is padding and the layer
             returns a Keras mask. Defaults to False.
+        output_bias: bool. If True, the tied output projection adds a
+            learned bias over the vocabulary (`hidden @ E^T + b`, Marian's
+            `final_logits_bias`). Defaults to False.
         embeddings_initializer: initializer of the token matrix. Defaults to
             normal with std `token_dim ** -0.5`.
         positions_initializer: initializer of learned positions. Defaults to
@@ -90,6 +98,8 @@ class PositionalEmbedding(keras.layers.Layer):
         merge="add",
         position_dim=None,
         mask_zero=False,
+        sinusoid_layout="interleaved",
+        output_bias=False,
         embeddings_initializer=None,
         positions_initializer=None,
         quantization_config=None,
@@ -111,6 +121,13 @@ class PositionalEmbedding(keras.layers.Layer):
                 f"positions must be one of {_POSITIONS}, got "
                 f"positions={positions!r}."
             )
+        if sinusoid_layout not in LAYOUTS:
+            raise ValueError(
+                f"sinusoid_layout must be one of {LAYOUTS}, got "
+                f"sinusoid_layout={sinusoid_layout!r}."
+            )
+        if output_bias and merge == "concat":
+            raise ValueError("output_bias needs merge='add': the tied output projection needs the whole width.")
         if merge not in _MERGES:
             raise ValueError(
                 f"merge must be one of {_MERGES}, got merge={merge!r}."
@@ -137,6 +154,8 @@ class PositionalEmbedding(keras.layers.Layer):
         self.merge = merge
         self.position_dim = position_dim
         self.mask_zero = mask_zero
+        self.sinusoid_layout = sinusoid_layout
+        self.output_bias = bool(output_bias)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
             or keras.initializers.RandomNormal(stddev=self.token_dim**-0.5)
@@ -146,7 +165,7 @@ class PositionalEmbedding(keras.layers.Layer):
             or keras.initializers.RandomNormal(stddev=2**-0.5)
         )
         self._sinusoids = (
-            sinusoidal_encoding(max_length, self.encoding_dim)
+            sinusoidal_encoding(max_length, self.encoding_dim, layout=sinusoid_layout)
             if positions == "sinusoidal"
             else None
         )
@@ -220,6 +239,10 @@ class PositionalEmbedding(keras.layers.Layer):
                 shape=(self.max_length, self.encoding_dim),
                 initializer=self.positions_initializer,
             )
+        if self.output_bias:
+            self.logits_bias = self.add_weight(
+                name="logits_bias", shape=(self.vocabulary_size,), initializer="zeros"
+            )
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False):
@@ -255,7 +278,7 @@ class PositionalEmbedding(keras.layers.Layer):
                     f"{owner}: the tied output projection expects `hidden` whose last "
                     f"axis is d_model={self.d_model}, got shape {width}."
                 )
-            return call_sublayer(self.token_embedding, inputs, reverse=True)
+            return self._add_output_bias(call_sublayer(self.token_embedding, inputs, reverse=True))
         input_checks.check_dtype(owner, "inputs", inputs, "int")
         input_checks.check_shape(owner, "inputs", inputs, (("batch", None), ("length", None)))
         if isinstance(start_index, int) and start_index < 0:
@@ -354,7 +377,12 @@ class PositionalEmbedding(keras.layers.Layer):
         logits = ops.matmul(hidden, kernel)
         if embedding.logit_soft_cap is not None:
             logits = ops.multiply(ops.tanh(ops.divide(logits, embedding.logit_soft_cap)), embedding.logit_soft_cap)
-        return logits
+        return self._add_output_bias(logits)
+
+    def _add_output_bias(self, logits):
+        if not self.output_bias:
+            return logits
+        return logits + ops.cast(self.logits_bias, logits.dtype)
 
     def vocabulary_kernel(self):
         """The `(d_model, vocabulary_size)` matrix of the tied projection, or None.
@@ -427,6 +455,8 @@ class PositionalEmbedding(keras.layers.Layer):
                 "merge": self.merge,
                 "position_dim": self.position_dim,
                 "mask_zero": self.mask_zero,
+                "sinusoid_layout": self.sinusoid_layout,
+                "output_bias": self.output_bias,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

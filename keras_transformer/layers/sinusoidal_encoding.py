@@ -2,8 +2,11 @@
 
 import numpy as np
 
+# How the sines and cosines are laid out along the features.
+LAYOUTS = ("interleaved", "halves")
 
-def sinusoidal_encoding(length, depth):
+
+def sinusoidal_encoding(length, depth, layout="interleaved"):
     """The fixed sinusoidal position table of section 3.5 of the paper.
 
     P[pos, 2i] = sin(pos / 10000^(2i / depth)) and
@@ -13,9 +16,15 @@ def sinusoidal_encoding(length, depth):
     compute dtype (a table computed in bfloat16 is off by up to ~2.0 at
     large positions).
 
+    With `layout="halves"` the same values are laid out as Marian (and so
+    every OPUS-MT model on Hugging Face) has them: all the sines first,
+    then all the cosines. It is a permutation of the features: P_halves[:, i]
+    = P[:, 2i] for the first half, P_halves[:, half + i] = P[:, 2i + 1].
+
     Args:
         length: int, number of positions.
         depth: int, number of features per position.
+        layout: `"interleaved"` (default, the paper's) or `"halves"`.
 
     Returns:
         A float32 NumPy array of shape `(length, depth)`.
@@ -27,16 +36,23 @@ def sinusoidal_encoding(length, depth):
     (4, 6)
     >>> float(table[0, 1])  # cos(0)
     1.0
+    >>> halves = sinusoidal_encoding(4, 6, layout="halves")
+    >>> bool((halves[:, 3] == table[:, 1]).all())  # the first cosine
+    True
     """
     if length < 0 or depth < 1:
         raise ValueError(
             f"sinusoidal_encoding needs length >= 0 and depth >= 1, got "
             f"length={length}, depth={depth}."
         )
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got layout={layout!r}.")
     positions = np.arange(length, dtype=np.float64)[:, None]
     even_features = np.arange(0, depth, 2, dtype=np.float64)
     angles = positions / np.power(10000.0, even_features / depth)[None, :]
     table = np.empty((length, depth), dtype=np.float64)
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles[:, : depth // 2])
+    if layout == "halves":
+        table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
     return table.astype(np.float32)
