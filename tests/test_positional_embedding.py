@@ -135,3 +135,32 @@ def test_layer_contract(tmp_path):
         TOKENS,
         tmp_path,
     )
+
+
+def test_sinusoids_in_halves_are_the_interleaved_table_with_its_features_permuted():
+    from keras_transformer.layers import sinusoidal_encoding
+
+    for depth in (8, 9):
+        interleaved = sinusoidal_encoding(12, depth)
+        halves = sinusoidal_encoding(12, depth, layout="halves")
+        order = list(range(0, depth, 2)) + list(range(1, depth, 2))
+        np.testing.assert_array_equal(halves, interleaved[:, order])
+    layer = PositionalEmbedding(10, 8, max_length=12, sinusoid_layout="halves", scale=None)
+    tokens = np.zeros((1, 12), "int32")
+    layer.build(tokens.shape)
+    embedded = to_numpy(layer(tokens)) - to_numpy(layer.embeddings)[0]
+    np.testing.assert_allclose(embedded[0], sinusoidal_encoding(12, 8, layout="halves"), atol=1e-6)
+
+
+def test_output_bias_is_added_to_the_tied_projection_and_kept_by_its_config():
+    layer = PositionalEmbedding(10, 4, max_length=6, output_bias=True)
+    layer.build((1, 2))
+    bias = np.arange(10, dtype="float32")
+    layer.logits_bias.assign(bias)
+    hidden = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    without = to_numpy(hidden @ to_numpy(layer.embeddings).T)
+    np.testing.assert_allclose(to_numpy(layer.project_to_vocabulary(hidden)), without + bias, atol=1e-5)
+    kernel = layer.vocabulary_kernel()
+    np.testing.assert_allclose(to_numpy(layer.project_to_vocabulary(hidden, kernel=kernel)), without + bias, atol=1e-5)
+    rebuilt = PositionalEmbedding.from_config(layer.get_config())
+    assert rebuilt.output_bias and rebuilt.sinusoid_layout == "interleaved"

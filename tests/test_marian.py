@@ -1,0 +1,254 @@
+"""Hugging Face Marian (OPUS-MT) checkpoints on the package's layers, checked against transformers itself.
+
+The reference models are small random `MarianMTModel`s built offline by
+`tests/marian_fixtures.py`, with every bias, LayerNorm parameter and the
+final logits bias random, so that a dropped, swapped or transposed weight
+changes the numbers.
+"""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.checkpoints import load_marian
+from keras_transformer.decoding import CachedDecoder
+from keras_transformer.model_parts import transformer_parts
+from keras_transformer.translator import Translator
+from keras_transformer_cli import main
+from tests.conftest import to_numpy
+from tests.marian_fixtures import make_marian_folder
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# Accents, punctuation, digits, and characters no piece covers (Ω, ½, emoji).
+SENTENCES = ["¿Dónde está el niño? Tiene 123 ovejas.", "Y dijo Dios: Sea la luz.", "Ωmega ½ 😀 ñandú",
+             "a", "En el principio creó Dios los cielos y la tierra, y la tierra estaba desordenada."]
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory):
+    return make_marian_folder(tmp_path_factory.mktemp("marian") / "opus-mt-es-en", max_position_embeddings=128)
+
+
+@pytest.fixture(scope="module")
+def reference(marian_folder):
+    model = transformers.MarianMTModel.from_pretrained(marian_folder).eval()
+    return model, transformers.MarianTokenizer.from_pretrained(marian_folder)
+
+
+@pytest.fixture(scope="module")
+def imported(marian_folder):
+    return load_marian(marian_folder)
+
+
+def _our_ids(tokenizer, marian_ids):
+    """Marian ids (NumPy) as this package's ids."""
+    return np.argsort(tokenizer.marian_ids)[np.asarray(marian_ids)]
+
+
+@pytest.mark.backend_independent
+def test_token_ids_equal_marian_tokenizers_on_accents_digits_and_unknown_characters(imported, reference):
+    _, tokenizer = imported
+    _, their_tokenizer = reference
+    ours = tokenizer.tokenize(SENTENCES)
+    theirs = their_tokenizer(SENTENCES)["input_ids"]
+    assert [tokenizer.marian_ids[row].tolist() for row in ours] == theirs
+    unknown = their_tokenizer.convert_tokens_to_ids("<unk>")
+    assert any(unknown in row for row in theirs)  # the test reaches the unknown-piece path
+
+
+@pytest.mark.backend_independent
+def test_detokenized_text_equals_marian_decode(imported, reference):
+    _, tokenizer = imported
+    _, their_tokenizer = reference
+    targets = their_tokenizer(text_target=["In the beginning God created 3 things.", "Let there be light!"])["input_ids"]
+    rows = [_our_ids(tokenizer, row) for row in targets]
+    assert tokenizer.detokenize(rows) == their_tokenizer.batch_decode(targets, skip_special_tokens=True)
+
+
+def test_encoder_outputs_and_logits_match_marian_on_a_padded_batch(imported, reference):
+    model, tokenizer = imported
+    their_model, their_tokenizer = reference
+    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    targets = their_tokenizer(text_target=["God said.", "Let there be light, and there was light.", "x",
+                                           "In the beginning", "The earth was empty."],
+                              return_tensors="pt", padding=True)["input_ids"]
+    pad = their_model.config.pad_token_id
+    decoder_input = torch.cat([torch.full((len(SENTENCES), 1), pad), targets[:, :-1]], dim=1)
+    with torch.no_grad():
+        theirs = their_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             decoder_input_ids=decoder_input)
+        their_encoder = their_model.get_encoder()(input_ids=batch["input_ids"],
+                                                   attention_mask=batch["attention_mask"]).last_hidden_state
+    real = batch["attention_mask"].numpy().astype(bool)
+    assert not real.all()  # padded rows
+    encoder_tokens = _our_ids(tokenizer, batch["input_ids"].numpy()) * real
+    decoder_tokens = _our_ids(tokenizer, decoder_input.numpy())
+    logits = to_numpy(model({"encoder_tokens": encoder_tokens.astype("int32"),
+                             "decoder_tokens": decoder_tokens.astype("int32")}))
+    encoder = CachedDecoder(model).encoder
+    encoder_outputs = to_numpy(encoder(encoder_tokens.astype("int32"))[0])
+    np.testing.assert_allclose(encoder_outputs[real], their_encoder.numpy()[real], atol=1e-4, rtol=0)
+    # Rows of a target's real positions (its first `</s>` included); columns in our id order.
+    target_real = np.cumsum(targets.numpy() == their_model.config.eos_token_id, axis=1) - (
+        targets.numpy() == their_model.config.eos_token_id) == 0
+    their_logits = theirs.logits.numpy()[:, :, tokenizer.marian_ids]
+    np.testing.assert_allclose(logits[target_real], their_logits[target_real], atol=1e-4, rtol=0)
+    assert np.abs(their_logits).max() > 1.0  # not a model of zeros
+
+
+def test_parameter_count_equals_marian(imported, reference):
+    model, _ = imported
+    their_model, _ = reference
+    # transformers counts the fixed sinusoid tables as parameters and keeps
+    # final_logits_bias as a buffer; here the sinusoids are constants and the bias a weight.
+    positions = sum(p.numel() for name, p in their_model.named_parameters() if "embed_positions" in name)
+    assert model.count_params() == their_model.num_parameters() - positions + their_model.final_logits_bias.numel()
+
+
+def _generate(reference, max_new_tokens, beams):
+    their_model, their_tokenizer = reference
+    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    # max_length counts the start token; forced_eos_token_id ends a translation at the limit with
+    # `</s>`, one position more than our loop (which stops without it) spends.
+    with torch.no_grad():
+        generated = their_model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False)
+    return their_tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def test_greedy_translations_equal_generate(imported, reference):
+    model, tokenizer = imported
+    translator = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0, max_new_tokens=30)
+    assert translator(SENTENCES) == _generate(reference, 30, beams=1)
+
+
+def test_a_saved_imported_model_reloads_to_the_same_logits(imported, tmp_path):
+    model, tokenizer = imported
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path, compile=False)
+    batch = {"encoder_tokens": np.array([[5, 6, 7, 3], [8, 3, 0, 0]], "int32"),
+             "decoder_tokens": np.array([[0, 9, 10], [0, 11, 0]], "int32")}
+    np.testing.assert_allclose(to_numpy(reloaded(batch)), to_numpy(model(batch)), atol=1e-6)
+    parts = transformer_parts(reloaded)
+    assert parts.encoder_embedding is parts.decoder_embedding
+    assert parts.decoder_start_id == 0
+
+
+@pytest.mark.backend_independent
+def test_a_pytorch_bin_checkpoint_imports_to_the_same_weights(marian_folder, imported, tmp_path):
+    folder = make_marian_folder(tmp_path / "bin", max_position_embeddings=128, weights="bin")
+    assert not os.path.exists(os.path.join(folder, "model.safetensors"))
+    model, _ = load_marian(folder)
+    for ours, theirs in zip(model.weights, imported[0].weights):
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
+
+
+@pytest.mark.backend_independent
+def test_import_writes_a_run_folder_that_translate_takes(marian_folder, imported, tmp_path, capsys):
+    run = tmp_path / "runs" / "opus"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    assert {"model.keras", "source.spm", "target.spm", "vocab.json", "marian_config.json"} <= set(os.listdir(run))
+    capsys.readouterr()
+    assert main(["translate", "--model", str(run), "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0",
+                 *SENTENCES[:2]]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    model, tokenizer = imported
+    expected = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0)(SENTENCES[:2])
+    assert printed == expected
+    with pytest.raises(SystemExit) as refused:  # a second import does not write over the run
+        main(["import", marian_folder, "--output", str(run)])
+    assert refused.value.code == 2
+
+
+def _copy(folder, tmp_path, name="broken"):
+    target = tmp_path / name
+    shutil.copytree(folder, target)
+    return target
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _extra_piece(folder):
+    path = folder / "vocab.json"
+    table = json.loads(path.read_text())
+    table["▁zzz"] = len(table)
+    path.write_text(json.dumps(table))
+
+
+BAD_FOLDERS = {
+    "no weights": (lambda f: os.remove(f / "model.safetensors"), "holds neither model.safetensors"),
+    "no target.spm": (lambda f: os.remove(f / "target.spm"), "target.spm: missing"),
+    "no vocab.json": (lambda f: os.remove(f / "vocab.json"), "vocab.json: missing"),
+    "a BART config": (lambda f: _edit_config(f, model_type="bart"), "model_type 'bart' is not a Marian model"),
+    "pre-LN (normalize_before)": (lambda f: _edit_config(f, normalize_before=True), "normalize_before=True"),
+    "an activation the layers lack": (lambda f: _edit_config(f, activation_function="gelu_new"),
+                                      "activation_function='gelu_new'"),
+    "a truncated safetensors file": (lambda f: _truncate(f / "model.safetensors"),
+                                     "not a readable safetensors file"),
+    "a vocab.json that disagrees with the embedding": (_extra_piece, "but config.json's vocab_size is"),
+}
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("case", sorted(BAD_FOLDERS))
+def test_a_bad_folder_is_refused_in_one_line_naming_the_file_and_leaves_no_output(case, marian_folder, tmp_path,
+                                                                                  capsys):
+    damage, message = BAD_FOLDERS[case]
+    folder = _copy(marian_folder, tmp_path)
+    damage(folder)
+    output = tmp_path / "out"
+    with pytest.raises(SystemExit) as refused:
+        main(["import", str(folder), "--output", str(output)])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert refused.value.code == 2
+    assert len(error) == 1 and message in error[0] and str(folder) in error[0], error
+    assert not output.exists()
+    assert not [name for name in os.listdir(tmp_path) if "importing" in name]
+
+
+@pytest.mark.backend_independent
+def test_a_hub_id_that_cannot_be_fetched_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["import", "Helsinki-NLP/opus-mt-xx-yy", "--output", str(tmp_path / "out")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "could not fetch it from the Hugging Face hub" in error[0]
+
+
+@pytest.mark.backend_independent
+def test_key_biases_are_imported_though_attention_ignores_them(imported, reference):
+    # A bias on the keys adds one constant to every score of a query, which
+    # the softmax removes: only a direct comparison catches a dropped one.
+    model, _ = imported
+    their_model, _ = reference
+    variables = {variable.path: variable for variable in model.weights}
+    for stack, attention, ours in (("encoder", "self_attn", "self_attention"),
+                                   ("decoder", "encoder_attn", "cross_attention")):
+        theirs = getattr(getattr(their_model.model, stack).layers[0], attention).k_proj.bias.detach().numpy()
+        np.testing.assert_array_equal(to_numpy(variables[f"{stack}_layer_0/{ours}/key/bias"]), theirs)
+        assert np.abs(theirs).max() > 0
+
+
+def test_the_decoder_starts_from_padding_and_may_emit_every_other_piece(imported):
+    from keras_transformer.decoding.sampler import forbidden_token_ids
+
+    model, _ = imported
+    decoder = CachedDecoder(model)
+    assert decoder.start_id == 0 and forbidden_token_ids(decoder) == (0,)
