@@ -252,3 +252,16 @@ def test_the_decoder_starts_from_padding_and_may_emit_every_other_piece(imported
     model, _ = imported
     decoder = CachedDecoder(model)
     assert decoder.start_id == 0 and forbidden_token_ids(decoder) == (0,)
+
+
+@pytest.mark.backend_independent
+def test_an_imported_run_gives_n_best_lists_with_alignments(marian_folder, tmp_path, capsys):
+    run = tmp_path / "opus"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["translate", "--model", str(run), "--engine", "keras", "--n-best", "2", "--format", "jsonl",
+                 "--alignments", SENTENCES[1]]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["source_tokens"][-1] == "</s>" and len(line["hypotheses"]) == 2
+    assert line["hypotheses"][0]["score"] >= line["hypotheses"][1]["score"]
+    assert all("alignment" in hypothesis for hypothesis in line["hypotheses"])
