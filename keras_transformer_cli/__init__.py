@@ -382,6 +382,7 @@ def build_parser():
     export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
                         help="savedmodel (default): strings in, strings out, needs only tensorflow and "
                              "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine")
+    export.add_argument("--force", action="store_true", help="replace --out if it holds files")
     export.add_argument("--max-new-tokens", type=_positive_int,
                         help="savedmodel: longest translation (default: the model's max_length - 1)")
     export.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help="savedmodel: " + QUANTIZE_HELP)

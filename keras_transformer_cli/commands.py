@@ -7,6 +7,7 @@ is where results go (stdout); progress goes to stderr when stdout is piped.
 
 import json
 import os
+import shutil
 import sys
 
 
@@ -259,6 +260,7 @@ def export(args, out):
     from keras_transformer import run_folder
     from keras_transformer.errors import UserInputError
 
+    _check_export_folder(args)
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, out)
     if not all(importable(name) for name in ("tensorflow", "tensorflow_text")):
@@ -276,7 +278,8 @@ def export(args, out):
 
     if keras.backend.backend() != "tensorflow":
         # Export goes through TensorFlow whatever backend trained the model.
-        command = [sys.executable, "-m", "keras_transformer_cli", "export", "--model", args.model, "--out", args.out]
+        command = [sys.executable, "-m", "keras_transformer_cli", "export", "--model", args.model, "--out", args.out,
+                   *(["--force"] if args.force else [])]
         if args.max_new_tokens:
             command += ["--max-new-tokens", str(args.max_new_tokens)]
         if args.quantize:
@@ -290,9 +293,24 @@ def export(args, out):
     from keras_transformer_runtime.timings import phase
 
     with phase("work"):
+        if args.force and os.path.isdir(args.out):
+            shutil.rmtree(args.out)
         export_translator(args.model, args.out, args.max_new_tokens, quantize=args.quantize)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
+
+
+def _check_export_folder(args):
+    """Refuses an `--out` that holds files (unless `--force`), and one that is, or holds, the run itself."""
+    from keras_transformer.errors import UserInputError
+
+    out, run = os.path.realpath(args.out), os.path.realpath(args.model)
+    if out == run or run.startswith(out + os.sep):
+        raise UserInputError(f"--out {args.out!r} is the run folder {args.model!r} or holds it: export to a folder "
+                             "of its own.")
+    if os.path.isfile(args.out) or (os.path.isdir(args.out) and os.listdir(args.out) and not args.force):
+        raise UserInputError(f"--out {args.out!r} exists and is not empty: choose a new folder, or pass --force to "
+                             "replace it.")
 
 
 def _export_ctranslate2(args, out):
@@ -312,7 +330,8 @@ def _export_ctranslate2(args, out):
     from keras_transformer_runtime.timings import phase
 
     with phase("work"):
-        export_ctranslate2(args.model, args.out, quantization=args.quantization)
+        empty = os.path.isdir(args.out) and not os.listdir(args.out)
+        export_ctranslate2(args.model, args.out, quantization=args.quantization, force=args.force or empty)
     print(f"CTranslate2 model written to {args.out} ({args.quantization or 'float32'} weights; translate with "
           "keras_transformer.ctranslate2_model.CTranslate2Translator, or ctranslate2.Translator)", file=out)
 

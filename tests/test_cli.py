@@ -41,7 +41,7 @@ def _native_log_lines(stderr):
 def test_every_flag_of_every_verb_has_help_and_the_top_level_help_lists_each_verb_in_one_line(capsys):
     parser = cli.build_parser()
     verbs = _subparsers(parser)
-    assert set(verbs) == {"train", "translate", "evaluate", "export", "ablate"}
+    assert set(verbs) == {"train", "translate", "evaluate", "export", "import", "ablate"}
     for name, verb in verbs.items():
         for action in verb._actions:
             assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
@@ -193,3 +193,20 @@ def test_a_truncated_model_is_reported_as_damaged(trained_run, tmp_path, capsys)
     error = capsys.readouterr().err
     assert f"model.keras' is damaged: {len(whole) // 2:,} bytes, not a complete .keras archive" in error
     assert "not found" not in error.lower()
+
+
+@pytest.mark.parametrize("export_format", ["savedmodel", "ctranslate2"])
+def test_export_refuses_a_folder_that_holds_files_or_the_run_itself(export_format, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    for out, expected in ((taken, "exists and is not empty"), (run, "is the run folder"), (tmp_path, "holds it")):
+        with pytest.raises(SystemExit) as refused:
+            cli.main(["export", "--model", str(run), "--out", str(out), "--format", export_format, "--force"
+                      ] if expected != "exists and is not empty" else
+                     ["export", "--model", str(run), "--out", str(out), "--format", export_format])
+        assert refused.value.code == 2
+        assert expected in capsys.readouterr().err
+    assert (taken / "keep.txt").read_text() == "mine" and run.exists()
