@@ -15,6 +15,7 @@ from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding import n_best_search
+from keras_transformer.decoding import pooled_beam_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
@@ -35,6 +36,8 @@ DEFAULT_NO_REPEAT_NGRAM_SIZE = 3
 # (benchmarks/findings/decoding.md). Dev BLEU during training
 # stays greedy: it is for comparing epochs, and runs every epoch.
 DEFAULT_BEAM_WIDTH = 4
+# How beam search treats a finished hypothesis: keeps it in the beam, or sets it aside (Translator's beam_search).
+BEAM_SEARCHES = ("kept", "pooled")
 
 
 class Translator(TextTranslator):
@@ -57,7 +60,8 @@ class Translator(TextTranslator):
             tokenizer of `keras_transformer.data.tokenizer.load_tokenizer`
             (the same ids and strings).
         beam_width: int, 1 for greedy search. Defaults to 4.
-        length_penalty: float, beam search's alpha. Defaults to 0.6.
+        length_penalty: float, beam search's alpha. Defaults to 0.6 for
+            `beam_search="kept"` and to 1.0 (`generate`'s) for `"pooled"`.
         max_new_tokens: int, longest translation in tokens. Defaults to the
             model's `max_length - 1`.
         jit_compile: compile decoding with XLA: greedy and beam search
@@ -78,6 +82,15 @@ class Translator(TextTranslator):
             n-gram of this many tokens, a guard against loops
             (`decoding.sampler.block_repeated_ngrams`); 0 turns it off.
             Defaults to 3.
+        beam_search: `"kept"` (the default: a finished hypothesis keeps
+            its place in the beam; GNMT's length penalty
+            `((5 + length) / 6) ** length_penalty`) or `"pooled"`
+            (`transformers`' and fairseq's: finished hypotheses are set
+            aside and `beam_width` stay open; `length ** length_penalty`;
+            `decoding.pooled_beam_search`), with which a model imported
+            from Marian translates as `MarianMTModel.generate` does.
+        early_stopping: bool, with `beam_search="pooled"`: stop a source
+            once `beam_width` hypotheses finished. Defaults to False.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
@@ -101,9 +114,13 @@ class Translator(TextTranslator):
     (['str', 'str'], '')
     """
 
-    def __init__(self, model, tokenizer, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=0.6, max_new_tokens=None,
+    def __init__(self, model, tokenizer, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=None, max_new_tokens=None,
                  jit_compile="auto", no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
-                 batch_size=DEFAULT_BATCH_SIZE):
+                 batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False):
+        if beam_search not in BEAM_SEARCHES:
+            raise ValueError(f"beam_search must be one of {BEAM_SEARCHES}, got beam_search={beam_search!r}.")
+        self.beam_search = beam_search
+        self.early_stopping = bool(early_stopping)
         if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
             raise TypeError(f"beam_width must be an int >= 1, got beam_width={beam_width!r}.")
         if beam_width < 1:
@@ -137,7 +154,7 @@ class Translator(TextTranslator):
                 )
         self.max_length = self.decoder.max_length
         self.beam_width = beam_width
-        self.length_penalty = length_penalty
+        self.length_penalty = (0.6 if beam_search == "kept" else 1.0) if length_penalty is None else length_penalty
         if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, (int, np.integer)) \
                 or no_repeat_ngram_size < 0:
             raise ValueError(f"no_repeat_ngram_size must be an int >= 0, got {no_repeat_ngram_size!r}.")
@@ -202,12 +219,19 @@ class Translator(TextTranslator):
             return greedy_search(
                 self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size
             )
+        if self.beam_search == "pooled":
+            return pooled_beam_search(self.decoder, source, self.beam_width, self.length_penalty,
+                                      self.max_new_tokens, early_stopping=self.early_stopping,
+                                      no_repeat_ngram_size=self.no_repeat_ngram_size)
         return beam_search(
             self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
 
     def _decode_n_best(self, source, n, cross_attention=False):
+        if self.beam_search == "pooled":
+            raise NotImplementedError("n-best lists come from beam_search='kept'; 'pooled' returns one "
+                                      "hypothesis a source.")
         return n_best_search(
             self.decoder, source, int(n), self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size, return_cross_attention=cross_attention,

@@ -292,6 +292,19 @@ def _add_attention_arguments(parser):
                              "words, to FILE.png (one sentence given as an argument; needs matplotlib)")
 
 
+def _add_decoding_arguments(parser):
+    parser.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
+                        help="beam width; 1 is greedy search, the faster (default: %(default)s)")
+    parser.add_argument("--beam-search", choices=("kept", "pooled"), default="kept",
+                        help="kept: a finished hypothesis keeps its beam slot (GNMT's length penalty); pooled: set "
+                             "aside, as transformers' generate (an imported Marian run then gives its translations)")
+    parser.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
+                        help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
+    parser.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
+                        help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
+                             "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
+
+
 def _add_engine_argument(parser):
     parser.add_argument("--engine", choices=("auto", "compiled", "keras"), default="auto", help=ENGINE_HELP)
 
@@ -330,13 +343,7 @@ def build_parser():
 
     translate = verb("translate", commands.translate, "translate text with a trained run (arguments, or stdin one line each)")
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
-    translate.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
-                           help="beam width; 1 is greedy search, the faster (default: %(default)s)")
-    translate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
-                           help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
-    translate.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
-                            help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
-                                 "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
+    _add_decoding_arguments(translate)
     translate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
     translate.add_argument("--n-best", type=_positive_int, metavar="N",
                            help="the N best translations of each input with their scores, N lines "
@@ -363,13 +370,7 @@ def build_parser():
     evaluate.add_argument("--model", required=True, help="the --output folder of a training run")
     evaluate.add_argument("--split", choices=("dev", "test", "heldout"), default="test",
                           help="heldout: whole books never trained on (the embedded Bible corpus only)")
-    evaluate.add_argument("--beam", type=_positive_int, default=BEAM_WIDTH,
-                          help="beam width; 1 is greedy search, the faster (default: %(default)s)")
-    evaluate.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
-                          help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
-    evaluate.add_argument("--batch-size", type=_batch_size, default=BATCH_SIZE,
-                          help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
-                               "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
+    _add_decoding_arguments(evaluate)
     evaluate.add_argument("--limit", type=_positive_int, help="score only the first N sentences (default: all)")
     _add_engine_argument(evaluate)
     evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
@@ -437,16 +438,7 @@ def main(argv=None):
     verbose = args.verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     args.start_keras = lambda: startup.start_keras(args, verbose)
     if args.command == "translate":
-        if args.n_best and args.n_best > args.beam:
-            parser.error(f"--n-best {args.n_best} is more than the --beam {args.beam} hypotheses kept.")
-        if args.token_scores and not (args.n_best or args.format == "jsonl"):
-            parser.error("--token-scores adds to the scores of --n-best or --format jsonl: give one of them.")
-        if args.attention_weights and args.format != "jsonl":
-            parser.error("--attention-weights are written in --format jsonl only.")
-        args.alignments = args.alignments or args.attention_weights
-        if args.attention_map and len(args.text) != 1:
-            parser.error(f"--attention-map draws one translation: give one sentence as an argument "
-                         f"(got {len(args.text) or 'stdin'}).")
+        startup.check_translate_arguments(args, parser)
     if hasattr(args, "engine"):
         args.engine = startup.translation_engine(args, parser)
     results = sys.stdout

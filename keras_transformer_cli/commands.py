@@ -56,7 +56,8 @@ def _translator(args):
     try:
         with phase("load"):
             return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
-                                             batch_size=args.batch_size, quantize=args.quantize)
+                                             batch_size=args.batch_size, quantize=args.quantize,
+                                             beam_search=args.beam_search)
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 

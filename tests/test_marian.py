@@ -127,6 +127,21 @@ def test_greedy_translations_equal_generate(imported, reference):
     assert translator(SENTENCES) == _generate(reference, 30, beams=1)
 
 
+@pytest.mark.parametrize("beams, length_penalty, early_stopping", [(4, 1.0, False), (4, 0.6, True), (2, 2.0, False)])
+def test_pooled_beam_translations_equal_generate(imported, reference, beams, length_penalty, early_stopping):
+    model, tokenizer = imported
+    their_model, their_tokenizer = reference
+    translator = Translator(model, tokenizer, beam_width=beams, length_penalty=length_penalty, no_repeat_ngram_size=0,
+                            max_new_tokens=20, beam_search="pooled", early_stopping=early_stopping)
+    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = their_model.generate(**batch, num_beams=beams, length_penalty=length_penalty,
+                                         early_stopping=early_stopping, max_length=22)
+    expected = their_tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert translator(SENTENCES) == expected
+    assert len(set(expected)) > 1  # the inputs matter
+
+
 def test_a_saved_imported_model_reloads_to_the_same_logits(imported, tmp_path):
     model, tokenizer = imported
     path = str(tmp_path / "model.keras")
@@ -265,3 +280,21 @@ def test_an_imported_run_gives_n_best_lists_with_alignments(marian_folder, tmp_p
     assert line["source_tokens"][-1] == "</s>" and len(line["hypotheses"]) == 2
     assert line["hypotheses"][0]["score"] >= line["hypotheses"][1]["score"]
     assert all("alignment" in hypothesis for hypothesis in line["hypotheses"])
+
+
+@pytest.mark.backend_independent
+def test_translate_with_pooled_beams_prints_what_generate_gives(marian_folder, reference, tmp_path, capsys):
+    run = tmp_path / "opus"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    capsys.readouterr()
+    max_new_tokens = 127  # the run's default: max_position_embeddings - 1
+    assert main(["translate", "--model", str(run), "--beam-search", "pooled", "--no-repeat-ngram", "0",
+                 *SENTENCES[:3]]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    their_model, their_tokenizer = reference
+    batch = their_tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = their_model.generate(**batch, num_beams=4, max_length=max_new_tokens + 2)
+    assert printed == their_tokenizer.batch_decode(generated, skip_special_tokens=True)
+    with pytest.raises(SystemExit):
+        main(["translate", "--model", str(run), "--beam-search", "pooled", "--n-best", "2", "x"])

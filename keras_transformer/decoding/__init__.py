@@ -36,6 +36,8 @@ from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import greedy_search_uncached
 from keras_transformer.decoding.search import n_best_search
+from keras_transformer.decoding.search import pooled_beam_search
+from keras_transformer.decoding.pooled_beam import PooledBeamChoice
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "greedy_search_uncached",
     "mask_forbidden_tokens",
     "n_best_search",
+    "pooled_beam_search",
+    "PooledBeamChoice",
     "run_search",
     "search_tensors",
 ]

@@ -7,6 +7,7 @@ from keras_transformer.decoding.checks import check_encoder_tokens
 from keras_transformer.decoding.checks import check_int
 from keras_transformer.decoding.checks import check_max_new_tokens
 from keras_transformer.decoding.choices import BeamChoice
+from keras_transformer.decoding.pooled_beam import PooledBeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBest
 from keras_transformer.decoding.n_best import NBestChoice
@@ -122,6 +123,47 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
     return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
                       return_cross_attention=return_cross_attention)
+
+
+def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0, max_new_tokens=None,
+                       early_stopping=False, no_repeat_ngram_size=0):
+    """Beam search with finished hypotheses set aside, as `transformers`' `generate(num_beams=...)`.
+
+    `pooled_beam.PooledBeamChoice` in the same loop: `beam_width` open
+    hypotheses at every step, the finished ones pooled and ranked by
+    log-probability / length ** `length_penalty`. A model imported from
+    Marian gives `MarianMTModel.generate`'s tokens (its `max_length` is
+    `max_new_tokens + 2`: it counts the start token and forces `</s>`).
+
+    Args:
+        decoder: a `CachedDecoder`.
+        encoder_tokens: int `(batch, source_length)`, padded with 0.
+        beam_width: int >= 1 (`num_beams`). Defaults to 4.
+        length_penalty: float, the length's exponent. Defaults to 1.0.
+        max_new_tokens: as in `greedy_search`.
+        early_stopping: bool, stop a source once `beam_width` hypotheses finished.
+        no_repeat_ngram_size: as in `greedy_search`.
+
+    Returns:
+        int NumPy `(batch, steps)`, as `greedy_search`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> pooled_beam_search(CachedDecoder(model), np.array([[5, 6, 0]]), beam_width=2, max_new_tokens=5).shape[0]
+    1
+    """
+    check_decoder(decoder, "pooled_beam_search")
+    check_int("pooled_beam_search", "beam_width", beam_width, 1)
+    check_int("pooled_beam_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    encoder_tokens, max_new_tokens = _checked("pooled_beam_search", decoder, encoder_tokens, max_new_tokens)
+    choice = PooledBeamChoice(width=beam_width, length_penalty=float(length_penalty),
+                              early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
+    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size)
 
 
 def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, max_new_tokens=None,
