@@ -380,9 +380,10 @@ def build_parser():
                   "write a TensorFlow SavedModel that maps strings to translations, or a CTranslate2 model")
     export.add_argument("--model", required=True, help="the --output folder of a training run")
     export.add_argument("--out", required=True, help="folder for the exported model")
-    export.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
+    export.add_argument("--format", choices=("savedmodel", "ctranslate2", "marian"), default="savedmodel",
                         help="savedmodel (default): strings in, strings out, needs only tensorflow and "
-                             "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine")
+                             "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine; "
+                             "marian: a Hugging Face MarianMTModel folder (docs/pretrained.md)")
     export.add_argument("--force", action="store_true", help="replace --out if it holds files")
     export.add_argument("--max-new-tokens", type=_positive_int,
                         help="savedmodel: longest translation (default: the model's max_length - 1)")

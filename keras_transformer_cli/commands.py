@@ -264,6 +264,13 @@ def export(args, out):
     _check_export_folder(args)
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, out)
+    if args.format == "marian":
+        from keras_transformer.checkpoints.marian_export import export_marian
+
+        config = export_marian(args.model, args.out, force=args.force)
+        print(f"Hugging Face Marian folder written to {args.out} ({config['encoder_layers']}+{config['decoder_layers']} "
+              "layers; MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained load it)", file=out)
+        return
     if not all(importable(name) for name in ("tensorflow", "tensorflow_text")):
         raise UserInputError(
             "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "

@@ -47,6 +47,8 @@ class MarianArchitecture(typing.NamedTuple):
             `transformer()`'s arguments.
         pad_id, eos_id, decoder_start_id: Marian's ids of its padding, end
             and start tokens.
+        share_embeddings: one token matrix for source and target (else
+            each has its own, as a run exported from this package).
     """
 
     vocabulary_size: int
@@ -62,16 +64,22 @@ class MarianArchitecture(typing.NamedTuple):
     pad_id: int
     eos_id: int
     decoder_start_id: int
+    share_embeddings: bool = True
 
-    def builder_arguments(self):
-        """The keyword arguments of `transformer()` for this architecture."""
+    def builder_arguments(self, decoder_start_id=PAD_ID):
+        """The keyword arguments of `transformer()` for this architecture.
+
+        Args:
+            decoder_start_id: the start token in this package's ids
+                (Marian's `decoder_start_id` through `marian_id_order`).
+        """
         return dict(
             source_vocabulary_size=self.vocabulary_size, target_vocabulary_size=self.vocabulary_size,
             num_layers=self.num_layers, num_decoder_layers=self.num_decoder_layers, d_model=self.d_model,
             num_heads=self.num_heads, ff_dim=self.ff_dim, max_length=self.max_length, dropout=self.dropout,
             activation=self.activation, embedding_scale=self.embedding_scale, layer_norm_epsilon=LAYER_NORM_EPSILON,
-            tie_embeddings=True, share_embeddings=True, output_bias=True, sinusoid_layout="halves",
-            decoder_start_id=PAD_ID,
+            tie_embeddings=True, share_embeddings=self.share_embeddings, output_bias=True, sinusoid_layout="halves",
+            decoder_start_id=decoder_start_id,
         )
 
 
@@ -128,8 +136,6 @@ def read_architecture(directory):
             refuse(key, "the layers express Marian's post-LN model without extra norms or logits biases.")
     if setting("static_position_embeddings") is False:
         refuse("static_position_embeddings", "only sinusoidal positions are imported.")
-    if not setting("share_encoder_decoder_embeddings", True):
-        refuse("share_encoder_decoder_embeddings", "a separate decoder vocabulary is not imported yet.")
     if not setting("tie_word_embeddings", True):
         refuse("tie_word_embeddings", "an output projection of its own is not imported yet.")
     activation = setting("activation_function", "gelu")
@@ -153,11 +159,8 @@ def read_architecture(directory):
     if vocabulary_size < 4:
         refuse("vocab_size", "a vocabulary needs at least its 3 specials and one piece.")
     start = setting("decoder_start_token_id", setting("pad_token_id"))
-    if start != setting("pad_token_id"):
-        refuse("decoder_start_token_id", f"Marian decoders start from their padding token "
-                                         f"(pad_token_id={setting('pad_token_id')}); another start is not imported.")
-    for key in ("pad_token_id", "eos_token_id"):
-        if setting(key) >= vocabulary_size:
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        if not isinstance(setting(key, start), int) or not 0 <= setting(key, start) < vocabulary_size:
             refuse(key, f"outside the vocabulary of {vocabulary_size}.")
     return MarianArchitecture(
         vocabulary_size=vocabulary_size,
@@ -173,6 +176,7 @@ def read_architecture(directory):
         pad_id=setting("pad_token_id"),
         eos_id=setting("eos_token_id"),
         decoder_start_id=start,
+        share_embeddings=bool(setting("share_encoder_decoder_embeddings", True)),
     )
 
 
@@ -249,16 +253,20 @@ def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"
         UserInputError: a tensor is missing or of the wrong shape.
     """
     a = architecture
-    embedding_name = next((name for name in ("shared.weight", "encoder.embed_tokens.weight",
-                                             "decoder.embed_tokens.weight", "lm_head.weight") if name in tensors),
-                          "shared.weight")
-    embeddings = _take(tensors, embedding_name, (a.vocabulary_size, a.d_model), weights_path)
     bias = tensors.get("final_logits_bias", np.zeros((1, a.vocabulary_size), np.float32))
     bias = _take({"final_logits_bias": bias}, "final_logits_bias", (1, a.vocabulary_size), weights_path)
-    weights = {
-        "shared_embedding/token_embedding/embeddings": embeddings[marian_ids],
-        "shared_embedding/logits_bias": bias[0, marian_ids],
-    }
+    if a.share_embeddings:
+        names = {"shared": ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+                            "lm_head.weight")}
+    else:  # lm_head is tied to the decoder's matrix
+        names = {"encoder": ("encoder.embed_tokens.weight",),
+                 "decoder": ("decoder.embed_tokens.weight", "lm_head.weight")}
+    weights = {}
+    for stack, candidates in names.items():
+        name = next((name for name in candidates if name in tensors), candidates[0])
+        embeddings = _take(tensors, name, (a.vocabulary_size, a.d_model), weights_path)
+        weights[f"{stack}_embedding/token_embedding/embeddings"] = embeddings[marian_ids]
+    weights[f"{'shared' if a.share_embeddings else 'decoder'}_embedding/logits_bias"] = bias[0, marian_ids]
 
     def dense(ours, theirs, inputs, outputs):
         weights[f"{ours}/kernel"] = _take(tensors, f"{theirs}.weight", (outputs, inputs), weights_path).T
@@ -351,7 +359,8 @@ def build_model(checkpoint):
     """
     from keras_transformer import models
 
-    model = models.transformer(**checkpoint.architecture.builder_arguments(), name="marian")
+    start = int(np.argsort(checkpoint.tokenizer.marian_ids)[checkpoint.architecture.decoder_start_id])
+    model = models.transformer(**checkpoint.architecture.builder_arguments(start), name="marian")
     variables = {variable.path: variable for variable in model.weights}
     missing = sorted(set(variables) - set(checkpoint.weights))
     if missing:  # a layer this module does not map yet: a bug here, not the user's
