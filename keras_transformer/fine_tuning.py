@@ -29,6 +29,8 @@ from keras_transformer.errors import UserInputError
 ARCHITECTURE_FIELDS = (
     "preset", "num_layers", "d_model", "num_heads", "ff_dim", "max_length", "vocabulary_size", "tie_embeddings",
 )
+# Recorded by some runs only (an imported Marian run's options), kept when present.
+OPTIONAL_ARCHITECTURE_FIELDS = ("model_options",)
 # The training settings a fine-tuning run takes when it does not set them,
 # for every preset. `learning_rate` is the schedule's peak. Measured on the
 # Spanish -> KJV shift from the default tiny model (docs/fine-tuning.md):
@@ -69,7 +71,8 @@ class StartingRun:
     @property
     def architecture(self):
         """The starting run's `ARCHITECTURE_FIELDS`, as its config records them."""
-        return {key: self.config[key] for key in ARCHITECTURE_FIELDS}
+        return {**{key: self.config[key] for key in ARCHITECTURE_FIELDS},
+                **{key: self.config[key] for key in OPTIONAL_ARCHITECTURE_FIELDS if self.config.get(key)}}
 
 
 def read_starting_run(folder, output=None, weights=False):
@@ -99,6 +102,7 @@ def read_starting_run(folder, output=None, weights=False):
     keras_transformer_runtime.errors.UserInputError: --from ... holds no model.keras, no vocabulary.spm and no config.json: ...
     """
     from keras_transformer import run_folder
+    from keras_transformer_runtime.run_files import vocabulary_files
 
     if not os.path.isdir(folder):
         raise UserInputError(f"--from {folder!r} is not a folder: pass the --output folder of a finished training run.")
@@ -107,8 +111,8 @@ def read_starting_run(folder, output=None, weights=False):
             f"--from {folder!r} is the --output folder itself: fine-tuning writes a new run, which would "
             "overwrite the model it starts from. Pass another --output."
         )
-    paths = {name: os.path.join(folder, name)
-             for name in (run_folder.MODEL_FILE, run_folder.VOCABULARY_FILE, run_folder.CONFIG_FILE)}
+    vocabulary = vocabulary_files(folder)
+    paths = {name: os.path.join(folder, name) for name in (run_folder.MODEL_FILE, *vocabulary, run_folder.CONFIG_FILE)}
     missing = [name for name, path in paths.items() if not os.path.isfile(path)]
     if missing:
         named = missing[0] if len(missing) == 1 else ", no ".join(missing[:-1]) + " and no " + missing[-1]
@@ -126,7 +130,7 @@ def read_starting_run(folder, output=None, weights=False):
             f"{paths[run_folder.CONFIG_FILE]!r} does not record the model's {', '.join(absent)}: it was not "
             "written by `keras-transformer train`, or by an incompatible version; nothing was changed."
         )
-    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[run_folder.VOCABULARY_FILE])
+    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[vocabulary[0]])
     return dataclasses.replace(start, weights=read_starting_weights(start)) if weights else start
 
 

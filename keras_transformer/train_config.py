@@ -166,6 +166,10 @@ class TrainConfig:
             "value", "output" (each attention layer's projections) and
             "embeddings" (the token embeddings, and with tied embeddings
             the output projection). None is `fine_tuning.LORA_TARGETS`.
+        model_options: dict of more `models.transformer` arguments, or
+            None. An imported Marian run records its own
+            (`checkpoints.marian`: shared embeddings, sinusoids in halves,
+            swish, ...); a run started from it keeps them.
         learning_rate: the peak of the learning-rate schedule (warm-up,
             then 1/sqrt(step) decay); None (the default) is the paper's
             d_model^-0.5 * warmup_steps^-0.5, or with `start_from` the
@@ -218,6 +222,7 @@ class TrainConfig:
     lora_rank: int = None
     lora_targets: list = None
     learning_rate: float = None
+    model_options: dict = None
 
     def parallel_corpus(self):
         """The `ParallelCorpus` the corpus fields name (checked when resolved).
@@ -242,7 +247,7 @@ class TrainConfig:
         names = ("vocabulary_size", "num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout",
                  "tie_embeddings", "warmup_steps", "label_smoothing", "jit_compile", "flash_attention",
                  "learning_rate")
-        return {name: getattr(self, name) for name in names}
+        return {**{name: getattr(self, name) for name in names}, **(self.model_options or {})}
 
     def resolved(self, corpus=None):
         """A copy with the preset, the hardware defaults and the output folder filled in.

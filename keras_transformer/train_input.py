@@ -40,6 +40,8 @@ from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import tensorflow_imports
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
+from keras_transformer_runtime.run_files import is_marian_run
+from keras_transformer_runtime.special_tokens import START_ID
 
 # Characters of a corpus that a given vocabulary (a fine-tuned run's) cannot
 # spell (they become <unk>): above the first share a warning, above the
@@ -130,6 +132,12 @@ class TrainInput:
         placement: the run's `distribute.Placement`: batches are cut to
             its data-parallel replicas, and a host of several streams its
             own share.
+        decoder_start_id: int, the token each decoder input starts with
+            (`START_ID`; a Marian model's padding, `PAD_ID`).
+
+    A `vocabulary_from` run imported from Marian (`checkpoints.marian`)
+    keeps its two SentencePiece models and id table, and its batches come
+    from the python pipeline (`MarianTokenizer`); it does not stream yet.
 
     Example:
 
@@ -152,6 +160,12 @@ class TrainInput:
     vocabulary_size: int = 8000
     vocabulary_from: str = None
     placement: distribute.Placement = dataclasses.field(default_factory=distribute.Placement)
+    decoder_start_id: int = START_ID
+
+    @property
+    def marian(self):
+        """Whether the vocabulary is an imported Marian run's (two SentencePiece models, one id table)."""
+        return self.vocabulary_from is not None and is_marian_run(self.vocabulary_from)
 
     def read_corpus(self, log=print):
         """Reads (or, streamed, scans) the corpus; nothing is written.
@@ -171,6 +185,9 @@ class TrainInput:
         """
         from keras_transformer.data import corpus_scan
 
+        if self.stream and self.marian:
+            raise UserInputError(f"--stream: fine-tuning the Marian model of --from {self.vocabulary_from!r} reads "
+                                 "its corpus in memory; leave --stream out.")
         if self.stream:
             scan = corpus_scan.scan_corpus(self.corpus, self.vocabulary_sample, self.seed)
             scan.splits.require("dev")
@@ -195,6 +212,11 @@ class TrainInput:
         """
         from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
 
+        if self.marian:
+            from keras_transformer.checkpoints.marian import copy_vocabulary_files
+
+            copy_vocabulary_files(self.vocabulary_from, os.path.dirname(path))
+            return
         if self.vocabulary_from is not None:
             shutil.copyfile(os.path.join(self.vocabulary_from, VOCABULARY_FILE), path)
             return
@@ -273,6 +295,16 @@ class TrainInput:
     def _pipeline(self, vocabulary_path):
         """The pipeline's name, its tokenizer, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
         name = self.input_pipeline
+        if self.marian:
+            from keras_transformer.data import python_pipeline
+            from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+
+            tokenizer = MarianTokenizer(os.path.dirname(vocabulary_path))
+            return (
+                "python", tokenizer,
+                lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, self.max_length, self.decoder_start_id),
+                lambda tokens, **options: python_pipeline.TranslationPyDataset(tokens, **options),
+            )
         if name == "auto":
             name = "tf.data" if tensorflow_imports() else "python"
         if name == "tf.data":
@@ -374,6 +406,24 @@ def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
     return tuple(shares)
 
 
+def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
+    """`unknown_shares` for an imported Marian run: each side's pieces looked up in its id table."""
+    from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+    from keras_transformer_runtime.special_tokens import UNK_ID
+
+    tokenizer = MarianTokenizer(run)
+    shares = []
+    for side, processor in (("source", tokenizer.source_processor), ("target", tokenizer.target_processor)):
+        unknown = total = 0
+        for pieces in processor.encode([getattr(pair, side) for pair in pairs[:sample]], out_type=str):
+            for piece in pieces:
+                characters = len(piece.replace("\u2581", "").replace(" ", ""))
+                total += characters
+                unknown += characters * (tokenizer.token_to_id(piece) == UNK_ID)
+        shares.append(unknown / total if total else 0.0)
+    return tuple(shares)
+
+
 def check_vocabulary_covers(pairs, run, log=print):
     """Says how much of a corpus the vocabulary of `run` (`--from`) cannot spell; refuses a corpus it cannot read.
 
@@ -401,7 +451,10 @@ def check_vocabulary_covers(pairs, run, log=print):
     >>> check_vocabulary_covers(pairs, run, log=lambda line: None)
     (0.0, 0.0)
     """
-    source, target = unknown_shares(pairs, os.path.join(run, VOCABULARY_FILE))
+    if is_marian_run(run):
+        source, target = _marian_unknown_shares(pairs, run)
+    else:
+        source, target = unknown_shares(pairs, os.path.join(run, VOCABULARY_FILE))
     log(f"vocabulary of {run}: {source:.2%} of the source and {target:.2%} of the target characters "
         "are unknown to it (<unk>)")
     worst = max(source, target)

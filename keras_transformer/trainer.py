@@ -53,6 +53,8 @@ from keras_transformer.train_config import CORPUS_FIELDS
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
+from keras_transformer_runtime.run_files import load_run_tokenizer
+from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer_runtime.timings import phase
 
 
@@ -210,6 +212,7 @@ def train_translator(
         bucket_width=config.bucket_width, seed=config.seed, stream=config.stream,
         vocabulary_sample=config.vocabulary_sample, input_pipeline=config.input_pipeline,
         vocabulary_size=config.vocabulary_size, vocabulary_from=config.start_from, placement=placement,
+        decoder_start_id=(config.model_options or {}).get("decoder_start_id", START_ID),
     )
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
@@ -237,8 +240,6 @@ def train_translator(
 
 def _train(config, model_arguments, inputs, corpus_data, placement, start, start_time, *, overwrite, process, verbose,
            log, callbacks):
-    from keras_transformer.data import sentence_piece_tokenizer as tokenizer_lib
-
     output = config.output
     with placement.scope():
         model = build_translator(**model_arguments)
@@ -280,7 +281,7 @@ def _train(config, model_arguments, inputs, corpus_data, placement, start, start
     if config.dev_bleu_sentences:
         dev_bleu = model_selection.DevBleu(
             dev_pairs[: config.dev_bleu_sentences],
-            tokenizer_lib.SentencePieceTokenizer(vocabulary_path),
+            load_run_tokenizer(output),
             output,
             config.steps_per_epoch,
             # On TensorFlow one compiled decoding program, reused every epoch, reads the weights as they are.

@@ -169,6 +169,16 @@ class MarianTokenizer:
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
         self._dropped = {self._ids[piece] for piece in self.specials.values()}
 
+    @property
+    def source_processor(self):
+        """The `sentencepiece` processor of `source.spm`."""
+        return self._processors[SOURCE_VOCABULARY_FILE]
+
+    @property
+    def target_processor(self):
+        """The `sentencepiece` processor of `target.spm`."""
+        return self._processors[TARGET_VOCABULARY_FILE]
+
     def vocabulary_size(self):
         """Number of ids (the size of `vocab.json`)."""
         return len(self._pieces)
@@ -204,6 +214,14 @@ class MarianTokenizer:
         ids = self._encode(texts, TARGET_VOCABULARY_FILE, end=False)
         return ids if batched else np.array(ids[0], "int32")
 
+    def tokenize_flat(self, texts):
+        """Source ids of many texts as `(values, offsets)`, as `SentencePieceTokenizer.tokenize_flat`."""
+        return _flat(self.tokenize(list(texts)))
+
+    def tokenize_target_flat(self, texts):
+        """Target ids of many texts as `(values, offsets)` (`tokenize_target`'s, without `</s>`)."""
+        return _flat(self.tokenize_target(list(texts)))
+
     def detokenize(self, inputs):
         """Strings of a list of target id sequences (or one string of one sequence)."""
         if isinstance(inputs, np.ndarray):
@@ -222,6 +240,12 @@ class MarianTokenizer:
 
     def __repr__(self):
         return f"<MarianTokenizer: {self.vocabulary_size()} ids, {self.directory}>"
+
+
+def _flat(rows):
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    values = np.fromiter((i for row in rows for i in row), dtype=np.int32, count=int(lengths.sum()))
+    return values, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def _texts(inputs):

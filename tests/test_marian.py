@@ -298,3 +298,59 @@ def test_translate_with_pooled_beams_prints_what_generate_gives(marian_folder, r
     assert printed == their_tokenizer.batch_decode(generated, skip_special_tokens=True)
     with pytest.raises(SystemExit):
         main(["translate", "--model", str(run), "--beam-search", "pooled", "--n-best", "2", "x"])
+
+
+@pytest.mark.backend_independent
+def test_an_imported_run_fine_tunes_with_marians_tokenizer_and_start(marian_folder, reference, tmp_path):
+    from conftest import FIXTURE_CORPUS
+
+    from keras_transformer.data.parallel_corpus import ParallelCorpus
+    from keras_transformer.train_config import TrainConfig
+    from keras_transformer.train_input import TrainInput
+    from keras_transformer.trainer import train_translator
+
+    run = tmp_path / "opus"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    # The batches are Marian's teacher forcing: the source ends with </s>, the decoder starts from <pad>.
+    inputs = TrainInput(ParallelCorpus(FIXTURE_CORPUS), max_length=64, batch_tokens=400, vocabulary_from=str(run),
+                        decoder_start_id=0)
+    corpus_data = inputs.read_corpus(log=lambda line: None)
+    inputs.write_vocabulary(corpus_data, str(tmp_path / "vocabulary.spm"))
+    dev = inputs.train_data(corpus_data, str(tmp_path / "vocabulary.spm"), 0, lambda line: None).dev
+    their_model, their_tokenizer = reference
+    # The dev pair shortest in Marian's pieces: no side truncated at max_length.
+    pair = min(corpus_data.splits["dev"], key=lambda pair: len(pair.source) + len(pair.target))
+    source = their_tokenizer([pair.source])["input_ids"][0]
+    target = their_tokenizer(text_target=[pair.target])["input_ids"][0]
+    assert len(source) < 64 and len(target) < 64
+    marian_ids = MarianIds(run)
+    rows = [(batch, labels, i) for batch, labels in (dev[j] for j in range(dev.num_batches))
+            for i in range(len(labels)) if marian_ids(batch["encoder_tokens"][i]) == source]
+    assert rows, "the pair's source is not tokenized as MarianTokenizer does"
+    batch, labels, row = rows[0]
+    assert marian_ids(labels[row]) == target
+    assert batch["decoder_tokens"][row][0] == 0 and marian_ids(batch["decoder_tokens"][row][1:]) == target[:-1]
+
+    for extra in ([], ["--lora", "4"]):
+        output = tmp_path / f"tuned{len(extra)}"
+        config = TrainConfig(output=str(output), corpus=FIXTURE_CORPUS, start_from=str(run), epochs=1,
+                             steps_per_epoch=2, dev_bleu_sentences=2,
+                             lora_rank=int(extra[1]) if extra else None)
+        summary = train_translator(config, verbose=0, log=lambda line: None)
+        assert np.isfinite(summary["train_loss"])
+        tuned = Translator.from_directory(str(output), beam_width=1)
+        assert tuned.decoder.start_id == 0 and isinstance(tuned("Y dijo Dios."), str)
+        assert json.loads((output / "config.json").read_text())["model_options"]["sinusoid_layout"] == "halves"
+
+
+class MarianIds:
+    """A row of a run's ids, unpadded, as Marian's ids."""
+
+    def __init__(self, run):
+        from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+
+        self.marian_ids = MarianTokenizer(run).marian_ids
+
+    def __call__(self, row):
+        row = np.asarray(row)
+        return self.marian_ids[row[row != 0]].tolist()

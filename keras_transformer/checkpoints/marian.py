@@ -351,6 +351,28 @@ def read_marian(directory):
     return MarianCheckpoint(directory, architecture, tokenizer, weights)
 
 
+def _start_id(checkpoint):
+    """The decoder's start token in this package's ids."""
+    return int(np.argsort(checkpoint.tokenizer.marian_ids)[checkpoint.architecture.decoder_start_id])
+
+
+def run_config(checkpoint):
+    """The `config.json` of an imported run: the sizes `train --from` reads, and Marian's options.
+
+    The sizes are `TrainConfig`'s fields (`preset` "base" names the
+    presets' training defaults, which a fine-tuning run replaces with its
+    own); the rest of `transformer()`'s arguments go to `model_options`.
+    """
+    arguments = checkpoint.architecture.builder_arguments(_start_id(checkpoint))
+    core = {"num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout", "tie_embeddings"}
+    return {
+        "preset": "base", "vocabulary_size": arguments["target_vocabulary_size"],
+        **{key: arguments[key] for key in core},
+        "model_options": {key: value for key, value in arguments.items()
+                          if key not in core and not key.endswith("vocabulary_size")},
+    }
+
+
 def build_model(checkpoint):
     """The functional `transformer()` model of a `MarianCheckpoint`, with its weights.
 
@@ -359,8 +381,7 @@ def build_model(checkpoint):
     """
     from keras_transformer import models
 
-    start = int(np.argsort(checkpoint.tokenizer.marian_ids)[checkpoint.architecture.decoder_start_id])
-    model = models.transformer(**checkpoint.architecture.builder_arguments(start), name="marian")
+    model = models.transformer(**checkpoint.architecture.builder_arguments(_start_id(checkpoint)), name="marian")
     variables = {variable.path: variable for variable in model.weights}
     missing = sorted(set(variables) - set(checkpoint.weights))
     if missing:  # a layer this module does not map yet: a bug here, not the user's
@@ -468,8 +489,8 @@ def import_marian(source, output, overwrite=False):
     The folder holds `model.keras` (a `transformer()` model with Marian's
     settings and weights), Marian's tokenizer files (`source.spm`,
     `target.spm`, `vocab.json`, `tokenizer_config.json`), its Hugging Face
-    config (`marian_config.json`) and `imported.json` (where it came
-    from). It is written beside `output` and moved there whole, so a
+    config (`marian_config.json`), the run's own `config.json` (`run_config`:
+    what `train --from` reads) and `imported.json` (where it came from). It is written beside `output` and moved there whole, so a
     failure leaves nothing in `output`.
 
     Args:
@@ -506,6 +527,8 @@ def import_marian(source, output, overwrite=False):
         model.save(os.path.join(staging, "model.keras"))
         copy_vocabulary_files(checkpoint.directory, staging)
         shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(staging, MARIAN_CONFIG_FILE))
+        with open(os.path.join(staging, CONFIG_FILE), "w") as f:  # the run's own: what `train --from` reads
+            json.dump(run_config(checkpoint), f, indent=2)
         with open(os.path.join(staging, IMPORTED_FILE), "w") as f:
             json.dump({"format": "marian", "source": os.fspath(source), "parameters": int(model.count_params())},
                       f, indent=2)

@@ -42,6 +42,8 @@ class TokenizedArrays:
         max_length: int, the longest sequence a batch will hold.
         num_truncated: int, pairs whose source had more than `max_length`
             tokens or whose target had more than `max_length - 1`.
+        start_id: int, the token each decoder input starts with (`START_ID`;
+            a Marian model's padding, `PAD_ID`).
     """
 
     source_ids: np.ndarray
@@ -50,6 +52,7 @@ class TokenizedArrays:
     target_offsets: np.ndarray
     max_length: int
     num_truncated: int
+    start_id: int = START_ID
 
     def __len__(self):
         return len(self.source_offsets) - 1
@@ -59,7 +62,7 @@ class TokenizedArrays:
         return np.maximum(np.diff(self.source_offsets), np.diff(self.target_offsets) + 1)
 
 
-def tokenize_pairs(pairs, tokenizer, max_length):
+def tokenize_pairs(pairs, tokenizer, max_length, start_id=START_ID):
     """Tokenizes translation pairs once into NumPy arrays, truncating them to `max_length`.
 
     Sources and targets are tokenized in large batches (one multi-threaded
@@ -71,6 +74,10 @@ def tokenize_pairs(pairs, tokenizer, max_length):
         tokenizer: a
             `keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer`.
         max_length: int >= 2, the longest encoder or decoder sequence.
+        start_id: int, the decoder's start token (`TokenizedArrays.start_id`).
+
+    A tokenizer with two sides (`MarianTokenizer`) tokenizes the targets
+    with its `tokenize_target_flat`.
 
     Returns:
         A `TokenizedArrays`.
@@ -98,11 +105,13 @@ def tokenize_pairs(pairs, tokenizer, max_length):
             "keras_transformer_runtime.sentence_piece_tokenizer.SentencePieceTokenizer(path)."
         )
     pairs = check_pairs(pairs, max_length)
-    return truncated_arrays(
+    tokenize_targets = getattr(tokenizer, "tokenize_target_flat", tokenizer.tokenize_flat)
+    tokenized = truncated_arrays(
         *tokenizer.tokenize_flat([pair.source for pair in pairs]),
-        *tokenizer.tokenize_flat([pair.target for pair in pairs]),
+        *tokenize_targets([pair.target for pair in pairs]),
         max_length,
     )
+    return tokenized if start_id == START_ID else dataclasses.replace(tokenized, start_id=int(start_id))
 
 
 def check_pairs(pairs, max_length):
@@ -302,7 +311,7 @@ def teacher_forcing_batch(tokenized, rows, length):
     rows = np.asarray(rows, np.int64)
     encoder = _padded(t.source_ids, t.source_offsets, rows, length)
     decoder = _padded(t.target_ids, t.target_offsets, rows, length, shift=1)
-    decoder[:, 0] = START_ID
+    decoder[:, 0] = t.start_id
     labels = _padded(t.target_ids, t.target_offsets, rows, length)
     labels[np.arange(len(rows)), t.target_offsets[rows + 1] - t.target_offsets[rows]] = END_ID
     return {"encoder_tokens": encoder, "decoder_tokens": decoder}, labels
