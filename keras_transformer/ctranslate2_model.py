@@ -24,10 +24,10 @@ import keras
 import numpy as np
 
 from keras_transformer_runtime.special_tokens import END_ID
-from keras_transformer.decoding.sampler import FORBIDDEN_TOKEN_IDS
+from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer.errors import UserInputError
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer.run_folder import VOCABULARY_FILE
 from keras_transformer.translator import DEFAULT_BEAM_WIDTH
 from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 from keras_transformer.translator import resolve_batch_size
@@ -69,7 +69,8 @@ def _activation(layer):
 
     name = keras.activations.serialize(layer.feed_forward.activation)
     name = name if isinstance(name, str) else name.get("config", name)
-    supported = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    supported = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                 "swish": common_spec.Activation.SWISH, "silu": common_spec.Activation.SWISH}
     if name not in supported:
         raise ValueError(
             f"CTranslate2 export supports the activations {sorted(supported)}; {layer.name!r} uses {name!r}."
@@ -192,8 +193,10 @@ def transformer_spec(model):
     if first.norm_first:
         _layer_norm(spec.encoder.layer_norm, parts.encoder_final_norm)
         _layer_norm(spec.decoder.layer_norm, parts.decoder_final_norm)
-    if parts.output_projection is None:  # tied: the decoder's embedding matrix
+    if parts.output_projection is None:  # tied: the decoder's embedding matrix (and Marian's logits bias)
         spec.decoder.projection.weight = _numpy(parts.decoder_embedding.embeddings)
+        if parts.decoder_embedding.output_bias:
+            spec.decoder.projection.bias = _numpy(parts.decoder_embedding.logits_bias)
     else:
         _linear(spec.decoder.projection, parts.output_projection.kernel, parts.output_projection.bias)
     return spec, float(first.layer_norm_epsilon)
@@ -228,30 +231,42 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     """
     ctranslate2 = _import_ctranslate2()
     from keras_transformer import run_folder
-    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+    from keras_transformer_runtime.run_files import is_marian_run
+    from keras_transformer_runtime.run_files import load_run_tokenizer
+    from keras_transformer_runtime.run_files import vocabulary_files
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     if os.path.exists(out) and not force:
         raise UserInputError(f"{out!r} exists: choose a new folder for the CTranslate2 model, or pass force=True.")
-    vocabulary_path = os.path.join(directory, VOCABULARY_FILE)
-    if not os.path.isfile(vocabulary_path):
-        raise UserInputError(f"No vocabulary at {vocabulary_path!r}: pass the --output folder of a training run.")
+    names = vocabulary_files(directory)
+    for name in names:
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise UserInputError(f"No vocabulary at {os.path.join(directory, name)!r}: pass the --output folder "
+                                 "of a training run.")
     model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
     spec, epsilon = transformer_spec(model)
-    tokenizer = SentencePieceTokenizer(vocabulary_path)
+    tokenizer = load_run_tokenizer(directory)
     pieces = tokenizer.get_vocabulary()
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     spec.config.layer_norm_epsilon = epsilon
-    spec.register_file(vocabulary_path, VOCABULARY_FILE)
+    # A Marian model starts from its padding token, a run trained here from <s>.
+    spec.config.decoder_start_token = pieces[transformer_parts(model).decoder_start_id]
+    for name in names:
+        spec.register_file(os.path.join(directory, name), name)
 
     class _SpecConverter(ctranslate2.converters.Converter):
         def _load(self):
             return spec
 
     _SpecConverter().convert(out, quantization=quantization, force=force)
-    settings = {"max_length": int(transformer_parts(model).decoder_embedding.max_length)}
+    if is_marian_run(directory):
+        from keras_transformer.checkpoints.marian import copy_vocabulary_files
+
+        copy_vocabulary_files(directory, out)  # tokenizer_config.json too, which names the specials
+    parts = transformer_parts(model)
+    settings = {"max_length": int(parts.decoder_embedding.max_length), "decoder_start_id": parts.decoder_start_id}
     with open(os.path.join(out, SETTINGS_FILE), "w", encoding="utf-8") as file:
         json.dump(settings, file, indent=2)
         file.write("\n")
@@ -310,7 +325,7 @@ class CTranslate2Translator(TextTranslator):
                  max_new_tokens=None, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
                  batch_size=DEFAULT_CTRANSLATE2_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
         ctranslate2 = _import_ctranslate2()
-        from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+        from keras_transformer_runtime.run_files import load_run_tokenizer
 
         settings_path = os.path.join(directory, SETTINGS_FILE)
         if not os.path.isfile(settings_path):
@@ -320,7 +335,9 @@ class CTranslate2Translator(TextTranslator):
             )
         with open(settings_path, encoding="utf-8") as file:
             settings = json.load(file)
-        self.tokenizer = SentencePieceTokenizer(os.path.join(directory, VOCABULARY_FILE))
+        self.tokenizer = load_run_tokenizer(directory)
+        start = settings.get("decoder_start_id", START_ID)
+        self._forbidden = sorted({PAD_ID, start})
         self._pieces = self.tokenizer.get_vocabulary()
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
         self._character_is_known = {}
@@ -347,7 +364,7 @@ class CTranslate2Translator(TextTranslator):
             length_penalty=self.length_penalty,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
             max_decoding_length=self.max_new_tokens,
-            suppress_sequences=[[self._pieces[i]] for i in FORBIDDEN_TOKEN_IDS],
+            suppress_sequences=[[self._pieces[i]] for i in self._forbidden],
             max_batch_size=self.batch_size,
         )
         return [[self._ids[piece] for piece in result.hypotheses[0]] + [END_ID] for result in results]

@@ -354,3 +354,17 @@ class MarianIds:
     def __call__(self, row):
         row = np.asarray(row)
         return self.marian_ids[row[row != 0]].tolist()
+
+
+@pytest.mark.export_runtimes
+@pytest.mark.backend_independent
+def test_an_imported_run_exported_to_ctranslate2_translates_as_ours(marian_folder, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.ctranslate2_model import CTranslate2Translator
+
+    run, out = tmp_path / "opus", tmp_path / "ct2"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    assert main(["export", "--model", str(run), "--out", str(out), "--format", "ctranslate2"]) == 0
+    ours = Translator.from_directory(str(run), beam_width=1, no_repeat_ngram_size=0, max_new_tokens=40)
+    theirs = CTranslate2Translator(str(out), beam_width=1, no_repeat_ngram_size=0, max_new_tokens=40)
+    assert theirs(SENTENCES) == ours(SENTENCES)
