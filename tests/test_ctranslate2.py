@@ -128,10 +128,10 @@ def test_a_model_ctranslate2_cannot_hold_is_refused_with_the_reason(tmp_path):
                                    merge="concat", position_dim=8)
     with pytest.raises(ValueError, match="merge='add'"):
         transformer_spec(concat)
-    swish = kt.models.transformer(20, 20, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=8,
-                                  activation="elu")  # swish and silu are held since Marian's import
+    elu = kt.models.transformer(20, 20, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=8,
+                                activation="elu")  # swish and silu are held since Marian's import
     with pytest.raises(ValueError, match="activations"):
-        transformer_spec(swish)
+        transformer_spec(elu)
     with pytest.raises(FileNotFoundError, match="export_ctranslate2"):
         CTranslate2Translator(str(tmp_path))
 

@@ -368,3 +368,14 @@ def test_an_imported_run_exported_to_ctranslate2_translates_as_ours(marian_folde
     ours = Translator.from_directory(str(run), beam_width=1, no_repeat_ngram_size=0, max_new_tokens=40)
     theirs = CTranslate2Translator(str(out), beam_width=1, no_repeat_ngram_size=0, max_new_tokens=40)
     assert theirs(SENTENCES) == ours(SENTENCES)
+
+
+@pytest.mark.backend_independent
+def test_a_savedmodel_of_an_imported_run_is_refused_in_one_line(marian_folder, tmp_path, capsys):
+    run = tmp_path / "opus"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["export", "--model", str(run), "--out", str(tmp_path / "saved")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert refused.value.code == 2 and len(error) == 1 and "--format ctranslate2 or --format marian" in error[0]
