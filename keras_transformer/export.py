@@ -32,7 +32,53 @@ def _require_tensorflow_backend():
         )
 
 
-def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=None):
+def marian_graph_tokenizer(directory):
+    """A run imported from Marian's tokenizer as TensorFlow ops: `(tokenize, detokenize)`.
+
+    `tokenize(texts)`: `source.spm`'s pieces, looked up in the id table
+    (a piece not in it is `<unk>`), `</s>` appended: a ragged int32 tensor.
+    `detokenize(ids)`: the pieces of a ragged tensor of ids, the specials
+    dropped, joined and `▁` made a space, as `MarianTokenizer.detokenize`.
+
+    Returns:
+        `((tokenize, detokenize), resources)`: the two functions, and a
+        `tf.Module` holding what they read (set it on the exported module).
+    """
+    import tensorflow as tf
+    import tensorflow_text
+
+    from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+    from keras_transformer_runtime.special_tokens import UNK_ID
+
+    tokenizer = MarianTokenizer(directory)
+    pieces = tokenizer.get_vocabulary()
+    source = tensorflow_text.SentencepieceTokenizer(model=tokenizer.source_processor.serialized_model_proto(),
+                                                    out_type=tf.string)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(pieces), tf.range(len(pieces), dtype=tf.int32)), UNK_ID)
+    dropped = tf.constant(sorted({tokenizer.token_to_id(piece) for piece in tokenizer.specials.values()}), tf.int32)
+    piece_strings = tf.constant(pieces)
+
+    def tokenize(texts):
+        ids = tf.ragged.map_flat_values(table.lookup, source.tokenize(texts))
+        end = tf.fill([tf.shape(texts)[0], 1], END_ID)
+        return tf.concat([ids, tf.RaggedTensor.from_tensor(end)], axis=1)
+
+    def detokenize(ids):
+        keep = tf.ragged.map_flat_values(
+            lambda flat: tf.reduce_all(tf.not_equal(flat[:, None], dropped), axis=-1), ids)
+        kept = tf.ragged.boolean_mask(ids, keep)
+        text = tf.strings.reduce_join(tf.gather(piece_strings, kept), axis=-1)
+        return tf.strings.strip(tf.strings.regex_replace(text, "▁", " "))
+
+    # The module keeps the tokenizer's and the table's resources, so the SavedModel tracks them.
+    resources = tf.Module()
+    resources.source, resources.table = source, table
+    return (tokenize, detokenize), resources
+
+
+def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=None,
+                         marian_directory=None):
     """A `tf.Module` whose `translate` maps a batch of strings to translations.
 
     Greedy search on the KV cache, as `Translator(beam_width=1)`, with the
@@ -46,6 +92,9 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         max_new_tokens: longest translation. Defaults to `max_length - 1`.
         no_repeat_ngram_size: the loop guard, as `Translator`'s (and by
             default the same).
+        marian_directory: a run imported from Marian, whose two
+            SentencePiece models and id table tokenize instead
+            (`marian_graph_tokenizer`; `vocabulary_proto` is then unused).
 
     Returns:
         A `tf.Module` with a `translate(texts)` `tf.function` taking a
@@ -71,7 +120,11 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
 
     module = tf.Module()
     module.model = model
-    module.tokenizer = tensorflow_text.SentencepieceTokenizer(model=vocabulary_proto, out_type=tf.int32)
+    if marian_directory is None:
+        module.tokenizer = tensorflow_text.SentencepieceTokenizer(model=vocabulary_proto, out_type=tf.int32)
+        tokenize, detokenize = module.tokenizer.tokenize, module.tokenizer.detokenize
+    else:
+        (tokenize, detokenize), module.marian_tokenizer = marian_graph_tokenizer(marian_directory)
 
     # The search alone is compiled by XLA where the model is served (the
     # string ops around it cannot be), once per batch shape: as
@@ -91,7 +144,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         texts = tf.strings.unicode_transcode(
             texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
-        ids = module.tokenizer.tokenize(texts)[:, :max_length]
+        ids = tokenize(texts)[:, :max_length]
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
         rows, width = tf.shape(encoder_tokens)[0], tf.shape(encoder_tokens)[1]
         width_bucket = tf.minimum(_next_bucket(tf, width, SOURCE_BUCKET), max_length)
@@ -101,7 +154,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         generated, steps = search(encoder_tokens)
         output_ids = generated[:rows, :steps]
         output_ids = tf.where(tf.equal(output_ids, END_ID), PAD_ID, output_ids)
-        translations = module.tokenizer.detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
+        translations = detokenize(tf.RaggedTensor.from_tensor(output_ids, padding=PAD_ID))
         empty = tf.equal(tf.strings.strip(texts), "")
         return tf.where(empty, tf.constant(""), translations)
 
@@ -142,9 +195,14 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
         from keras_transformer.quantization import quantize as quantize_model
 
         quantize_model(model, quantize)
-    with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
-        proto = f.read()
-    module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)
+    from keras_transformer_runtime.run_files import is_marian_run
+
+    if is_marian_run(directory):
+        module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory)
+    else:
+        with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
+            proto = f.read()
+        module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def serve(texts):

@@ -271,12 +271,6 @@ def export(args, out):
         print(f"Hugging Face Marian folder written to {args.out} ({config['encoder_layers']}+{config['decoder_layers']} "
               "layers; MarianMTModel.from_pretrained and MarianTokenizer.from_pretrained load it)", file=out)
         return
-    from keras_transformer_runtime.run_files import is_marian_run
-
-    if is_marian_run(args.model):
-        raise UserInputError(f"--model {args.model!r} was imported from Marian: the SavedModel's in-graph tokenizer "
-                             "does not yet take its two SentencePiece models and id table; export it with "
-                             "--format ctranslate2 or --format marian.")
     if not all(importable(name) for name in ("tensorflow", "tensorflow_text")):
         raise UserInputError(
             "export writes a TensorFlow SavedModel and needs tensorflow and tensorflow-text "

@@ -370,12 +370,16 @@ def test_an_imported_run_exported_to_ctranslate2_translates_as_ours(marian_folde
     assert theirs(SENTENCES) == ours(SENTENCES)
 
 
+@pytest.mark.export_runtimes
 @pytest.mark.backend_independent
-def test_a_savedmodel_of_an_imported_run_is_refused_in_one_line(marian_folder, tmp_path, capsys):
-    run = tmp_path / "opus"
+def test_an_imported_run_exported_as_a_savedmodel_translates_as_ours(marian_folder, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tensorflow_text")
+
+    run, out = tmp_path / "opus", tmp_path / "saved"
     assert main(["import", marian_folder, "--output", str(run)]) == 0
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as refused:
-        main(["export", "--model", str(run), "--out", str(tmp_path / "saved")])
-    error = capsys.readouterr().err.strip().splitlines()
-    assert refused.value.code == 2 and len(error) == 1 and "--format ctranslate2 or --format marian" in error[0]
+    assert main(["export", "--model", str(run), "--out", str(out)]) == 0
+    served = tf.saved_model.load(str(out)).signatures["serving_default"]
+    texts = [*SENTENCES, ""]
+    translations = [text.decode() for text in served(texts=tf.constant(texts))["translations"].numpy()]
+    assert translations == Translator.from_directory(str(run), beam_width=1)(texts)
