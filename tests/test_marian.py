@@ -300,6 +300,7 @@ def test_translate_with_pooled_beams_prints_what_generate_gives(marian_folder, r
         main(["translate", "--model", str(run), "--beam-search", "pooled", "--n-best", "2", "x"])
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_an_imported_run_fine_tunes_with_marians_tokenizer_and_start(marian_folder, reference, tmp_path):
     from conftest import FIXTURE_CORPUS
