@@ -231,9 +231,9 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     """
     ctranslate2 = _import_ctranslate2()
     from keras_transformer import run_folder
-    from keras_transformer_runtime.run_files import is_marian_run
-    from keras_transformer_runtime.run_files import load_run_tokenizer
-    from keras_transformer_runtime.run_files import vocabulary_files
+    from keras_transformer_runtime.run_tokenizer import is_marian_run
+    from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+    from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
@@ -325,7 +325,7 @@ class CTranslate2Translator(TextTranslator):
                  max_new_tokens=None, no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
                  batch_size=DEFAULT_CTRANSLATE2_BATCH_SIZE, device="cpu", compute_type="default", intra_threads=0):
         ctranslate2 = _import_ctranslate2()
-        from keras_transformer_runtime.run_files import load_run_tokenizer
+        from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
         settings_path = os.path.join(directory, SETTINGS_FILE)
         if not os.path.isfile(settings_path):

@@ -195,7 +195,7 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
         from keras_transformer.quantization import quantize as quantize_model
 
         quantize_model(model, quantize)
-    from keras_transformer_runtime.run_files import is_marian_run
+    from keras_transformer_runtime.run_tokenizer import is_marian_run
 
     if is_marian_run(directory):
         module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory)

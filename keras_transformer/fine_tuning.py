@@ -102,7 +102,7 @@ def read_starting_run(folder, output=None, weights=False):
     keras_transformer_runtime.errors.UserInputError: --from ... holds no model.keras, no vocabulary.spm and no config.json: ...
     """
     from keras_transformer import run_folder
-    from keras_transformer_runtime.run_files import vocabulary_files
+    from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
     if not os.path.isdir(folder):
         raise UserInputError(f"--from {folder!r} is not a folder: pass the --output folder of a finished training run.")

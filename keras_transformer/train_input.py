@@ -40,7 +40,7 @@ from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
 from keras_transformer.train_config import tensorflow_imports
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
-from keras_transformer_runtime.run_files import is_marian_run
+from keras_transformer_runtime.run_tokenizer import is_marian_run
 from keras_transformer_runtime.special_tokens import START_ID
 
 # Characters of a corpus that a given vocabulary (a fine-tuned run's) cannot

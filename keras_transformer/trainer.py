@@ -53,7 +53,7 @@ from keras_transformer.train_config import CORPUS_FIELDS
 from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
 from keras_transformer.train_config import check_jit_compile
 from keras_transformer.train_config import tensorflow_imports
-from keras_transformer_runtime.run_files import load_run_tokenizer
+from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer_runtime.timings import phase
 

@@ -186,8 +186,8 @@ class Translator(TextTranslator):
                 SentencePiece model or not the model's vocabulary.
         """
         from keras_transformer import run_folder
-        from keras_transformer_runtime.run_files import load_run_tokenizer
-        from keras_transformer_runtime.run_files import vocabulary_files
+        from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+        from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
         model_path = os.path.join(directory, run_folder.MODEL_FILE)
         if not os.path.isfile(model_path):

@@ -25,8 +25,8 @@ from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
-from keras_transformer_runtime.run_files import load_run_tokenizer
-from keras_transformer_runtime.run_files import vocabulary_files
+from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+from keras_transformer_runtime.run_tokenizer import vocabulary_files
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
 from keras_transformer_runtime.timings import phase

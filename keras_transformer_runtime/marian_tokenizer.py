@@ -25,6 +25,7 @@ from keras_transformer_runtime.run_files import MARIAN_VOCABULARY_FILES  # noqa:
 from keras_transformer_runtime.run_files import SOURCE_VOCABULARY_FILE
 from keras_transformer_runtime.run_files import TARGET_VOCABULARY_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
+from keras_transformer_runtime.sentence_piece_tokenizer import id_rows
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import PAD_ID
 from keras_transformer_runtime.special_tokens import UNK_ID
@@ -60,6 +61,32 @@ def marian_id_order(size, pad_id, unk_id, eos_id):
     return np.array([specials[i] if i in specials else next(others) for i in range(size)], np.int64)
 
 
+def read_json_object(path, missing):
+    """The JSON object in `path`, or a `UserInputError` naming the file.
+
+    Args:
+        path: the file.
+        missing: what to say when the file is missing (after "missing; ").
+
+    Example:
+
+    >>> read_json_object("/no/such/config.json", "a model folder holds one.")
+    Traceback (most recent call last):
+    ...
+    keras_transformer_runtime.errors.UserInputError: /no/such/config.json: missing; a model folder holds one.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: missing; {missing}") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise UserInputError(f"{path}: not a JSON file ({error}).") from None
+    if not isinstance(value, dict) or not value:
+        raise UserInputError(f"{path}: expected a JSON object, got {type(value).__name__}.")
+    return value
+
+
 def read_id_table(directory):
     """`(pieces, specials)` of a Marian folder: its pieces by Marian id, and its special pieces.
 
@@ -85,15 +112,7 @@ def read_id_table(directory):
     ['</s>', '<unk>', '▁a', '<pad>']
     """
     path = os.path.join(directory, ID_TABLE_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            table = json.load(f)
-    except FileNotFoundError:
-        raise UserInputError(f"{path}: missing; a Marian folder numbers its pieces in vocab.json.") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise UserInputError(f"{path}: not a JSON file ({error}).") from None
-    if not isinstance(table, dict) or not table:
-        raise UserInputError(f"{path}: expected an object of pieces to ids, got {type(table).__name__}.")
+    table = read_json_object(path, "a Marian folder numbers its pieces in vocab.json.")
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
     if ids != list(range(len(table))):
         raise UserInputError(f"{path}: the ids are not 0..{len(table) - 1}, one piece each.")
@@ -103,11 +122,7 @@ def read_id_table(directory):
     specials = dict(_DEFAULT_SPECIALS)
     config_path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
     if os.path.isfile(config_path):
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise UserInputError(f"{config_path}: not a JSON file ({error}).") from None
+        config = read_json_object(config_path, "")
         for key in specials:
             value = config.get(key)
             if isinstance(value, dict):  # an AddedToken saved whole
@@ -224,17 +239,11 @@ class MarianTokenizer:
 
     def detokenize(self, inputs):
         """Strings of a list of target id sequences (or one string of one sequence)."""
-        if isinstance(inputs, np.ndarray):
-            inputs = inputs.tolist()
-        if isinstance(inputs, (int, np.integer)):
-            inputs = [inputs]
-        inputs = list(inputs)
-        batched = bool(inputs) and not isinstance(inputs[0], (int, np.integer))
-        rows = inputs if batched else [inputs]
+        rows, batched = id_rows(inputs)
         processor = self._processors[TARGET_VOCABULARY_FILE]
         texts = []
         for row in rows:
-            pieces = [self._pieces[int(i)] for i in np.asarray(row).reshape(-1) if int(i) not in self._dropped]
+            pieces = [self._pieces[i] for i in row if i not in self._dropped]
             texts.append(processor.decode_pieces(pieces).replace("\u2581", " ").strip())
         return texts if batched else texts[0]
 

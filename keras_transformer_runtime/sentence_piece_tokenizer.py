@@ -274,21 +274,32 @@ class SentencePieceTokenizer:
 
     def detokenize(self, inputs):
         """Strings of a list of id sequences (or one string of one sequence)."""
-        if isinstance(inputs, np.ndarray):
-            inputs = inputs.tolist()
-        if isinstance(inputs, (int, np.integer)):
-            inputs = [inputs]
-        inputs = list(inputs)
-        batched = bool(inputs) and not isinstance(inputs[0], (int, np.integer))
-        # sentencepiece 0.2.0 decodes Python ints only.
-        rows = [[int(i) for i in np.asarray(row).reshape(-1)] for row in inputs] if batched else [
-            [int(i) for i in inputs]
-        ]
+        rows, batched = id_rows(inputs)
         texts = self._processor.decode(rows, num_threads=self.num_threads)
         return texts if batched else texts[0]
 
     def __repr__(self):
         return f"<SentencePieceTokenizer: {self.vocabulary_size()} pieces>"
+
+
+def id_rows(inputs):
+    """`(rows, batched)`: id sequences as lists of Python ints, and whether `inputs` held several.
+
+    sentencepiece 0.2.0 decodes Python ints only.
+
+    Example:
+
+    >>> id_rows(np.array([[4, 5], [6, 7]])), id_rows([4, 5])
+    (([[4, 5], [6, 7]], True), ([[4, 5]], False))
+    """
+    if isinstance(inputs, np.ndarray):
+        inputs = inputs.tolist()
+    if isinstance(inputs, (int, np.integer)):
+        inputs = [inputs]
+    inputs = list(inputs)
+    batched = bool(inputs) and not isinstance(inputs[0], (int, np.integer))
+    rows = [[int(i) for i in np.asarray(row).reshape(-1)] for row in inputs] if batched else [[int(i) for i in inputs]]
+    return rows, batched
 
 
 def _texts(inputs):

@@ -24,6 +24,7 @@ import numpy as np
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import MARIAN_VOCABULARY_FILES
 from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+from keras_transformer_runtime.marian_tokenizer import read_json_object
 from keras_transformer_runtime.special_tokens import PAD_ID
 
 CONFIG_FILE = "config.json"
@@ -110,15 +111,7 @@ def read_architecture(directory):
     keras_transformer_runtime.errors.UserInputError: ...config.json: model_type 'bart' is not a Marian model ...
     """
     path = os.path.join(directory, CONFIG_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except FileNotFoundError:
-        raise UserInputError(f"{path}: missing; a Hugging Face model folder holds config.json.") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise UserInputError(f"{path}: not a JSON file ({error}).") from None
-    if not isinstance(config, dict):
-        raise UserInputError(f"{path}: expected a JSON object.")
+    config = read_json_object(path, "a Hugging Face model folder holds config.json.")
     if config.get("model_type") != "marian":
         raise UserInputError(
             f"{path}: model_type {config.get('model_type')!r} is not a Marian model (MarianMTModel, "

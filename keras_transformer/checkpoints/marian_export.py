@@ -182,8 +182,8 @@ def export_marian(run_directory, out, force=False):
     from safetensors.numpy import save_file
 
     from keras_transformer import run_folder
-    from keras_transformer_runtime.run_files import is_marian_run
-    from keras_transformer_runtime.run_files import load_run_tokenizer
+    from keras_transformer_runtime.run_tokenizer import is_marian_run
+    from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise UserInputError(f"--out {out!r} exists and is not empty: choose a new folder, or pass --force.")
