@@ -164,6 +164,7 @@ def test_a_pytorch_bin_checkpoint_imports_to_the_same_weights(marian_folder, imp
         np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_import_writes_a_run_folder_that_translate_takes(marian_folder, imported, tmp_path, capsys):
     run = tmp_path / "runs" / "opus"
@@ -269,6 +270,7 @@ def test_the_decoder_starts_from_padding_and_may_emit_every_other_piece(imported
     assert decoder.start_id == 0 and forbidden_token_ids(decoder) == (0,)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_an_imported_run_gives_n_best_lists_with_alignments(marian_folder, tmp_path, capsys):
     run = tmp_path / "opus"
@@ -282,6 +284,7 @@ def test_an_imported_run_gives_n_best_lists_with_alignments(marian_folder, tmp_p
     assert all("alignment" in hypothesis for hypothesis in line["hypotheses"])
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_translate_with_pooled_beams_prints_what_generate_gives(marian_folder, reference, tmp_path, capsys):
     run = tmp_path / "opus"

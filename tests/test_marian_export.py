@@ -9,6 +9,9 @@ from keras_transformer.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
 
+# Each module trains a run (the trained_run fixture): CI runs them, the contributor's loop leaves them out.
+pytestmark = pytest.mark.end_to_end
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
