@@ -9,6 +9,7 @@ Example:
 'transformer'
 """
 
+from keras_transformer import checkpoints
 from keras_transformer import diagnostics
 from keras_transformer import initializers
 from keras_transformer import layers
