@@ -394,16 +394,20 @@ def unknown_shares(pairs, vocabulary_path, sample=_SAMPLE_PAIRS):
     shares = []
     for side in ("source", "target"):
         texts = [getattr(pair, side) for pair in pairs[:sample]]
-        unknown = total = 0
         # An unknown piece is spelled by its surface text, and its id is <unk>'s.
-        for ids, pieces in zip(processor.encode(texts, out_type=int), processor.encode(texts, out_type=str)):
-            for id_, piece in zip(ids, pieces):
-                characters = len(piece.replace("\u2581", "").replace(" ", ""))
-                total += characters
-                if id_ == UNK_ID:
-                    unknown += characters
-        shares.append(unknown / total if total else 0.0)
+        rows = zip(processor.encode(texts, out_type=int), processor.encode(texts, out_type=str))
+        shares.append(_unknown_share((piece, id_ == UNK_ID) for ids, pieces in rows for id_, piece in zip(ids, pieces)))
     return tuple(shares)
+
+
+def _unknown_share(pieces):
+    """The share of the characters of `(piece, unknown)` pairs that are in unknown pieces (spaces excluded)."""
+    unknown = total = 0
+    for piece, is_unknown in pieces:
+        characters = len(piece.replace("\u2581", "").replace(" ", ""))
+        total += characters
+        unknown += characters * is_unknown
+    return unknown / total if total else 0.0
 
 
 def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
@@ -412,16 +416,12 @@ def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
     from keras_transformer_runtime.special_tokens import UNK_ID
 
     tokenizer = MarianTokenizer(run)
-    shares = []
-    for side, processor in (("source", tokenizer.source_processor), ("target", tokenizer.target_processor)):
-        unknown = total = 0
-        for pieces in processor.encode([getattr(pair, side) for pair in pairs[:sample]], out_type=str):
-            for piece in pieces:
-                characters = len(piece.replace("\u2581", "").replace(" ", ""))
-                total += characters
-                unknown += characters * (tokenizer.token_to_id(piece) == UNK_ID)
-        shares.append(unknown / total if total else 0.0)
-    return tuple(shares)
+    return tuple(
+        _unknown_share((piece, tokenizer.token_to_id(piece) == UNK_ID)
+                       for pieces in processor.encode([getattr(pair, side) for pair in pairs[:sample]], out_type=str)
+                       for piece in pieces)
+        for side, processor in (("source", tokenizer.source_processor), ("target", tokenizer.target_processor))
+    )
 
 
 def check_vocabulary_covers(pairs, run, log=print):

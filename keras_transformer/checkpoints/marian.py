@@ -174,7 +174,7 @@ def read_architecture(directory):
 
 
 def read_weights(directory):
-    """The tensors of a Marian folder's weights file, by name, as float32 NumPy arrays.
+    """`(tensors, path)`: a Marian folder's weights file's tensors by name (float32 NumPy arrays), and the file.
 
     `model.safetensors` is read with `safetensors.numpy` (no torch);
     a `pytorch_model.bin` alone needs torch.
@@ -186,6 +186,7 @@ def read_weights(directory):
     safetensors_path = os.path.join(directory, SAFETENSORS_FILE)
     pytorch_path = os.path.join(directory, PYTORCH_FILE)
     if os.path.isfile(safetensors_path):
+        path = safetensors_path
         from safetensors.numpy import load_file
 
         try:
@@ -193,6 +194,7 @@ def read_weights(directory):
         except Exception as error:  # safetensors raises its own SafetensorError, and OSError
             raise UserInputError(f"{safetensors_path}: not a readable safetensors file ({error}).") from None
     elif os.path.isfile(pytorch_path):
+        path = pytorch_path
         try:
             import torch
         except ImportError:
@@ -205,7 +207,7 @@ def read_weights(directory):
         tensors = {name: value.float().numpy() for name, value in state.items()}
     else:
         raise UserInputError(f"{directory}: holds neither {SAFETENSORS_FILE} nor {PYTORCH_FILE}.")
-    return {_short_name(name): np.asarray(value, np.float32) for name, value in tensors.items()}
+    return {_short_name(name): np.asarray(value, np.float32) for name, value in tensors.items()}, path
 
 
 def _short_name(name):
@@ -223,17 +225,12 @@ def _take(tensors, name, shape, weights_path):
     return value
 
 
-def _weights_path(directory):
-    path = os.path.join(directory, SAFETENSORS_FILE)
-    return path if os.path.isfile(path) else os.path.join(directory, PYTORCH_FILE)
-
-
 def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"):
     """The model's weights by variable path, from a Marian checkpoint's tensors.
 
     Args:
         architecture: a `MarianArchitecture`.
-        tensors: `read_weights`'s dict.
+        tensors: the dict of `read_weights`.
         marian_ids: for each id of this package, the Marian id
             (`marian_id_order`): the rows of the embedding and the bias follow it.
         weights_path: the file the tensors came from, for messages.
@@ -340,7 +337,8 @@ def read_marian(directory):
                 f"{os.path.join(directory, 'vocab.json')}: {tokenizer.specials[piece]!r} has id {table_id}, but "
                 f"config.json's {key.replace('_id', '_token_id')} is {getattr(architecture, key)}."
             )
-    weights = marian_weights(architecture, read_weights(directory), tokenizer.marian_ids, _weights_path(directory))
+    tensors, weights_path = read_weights(directory)
+    weights = marian_weights(architecture, tensors, tokenizer.marian_ids, weights_path)
     return MarianCheckpoint(directory, architecture, tokenizer, weights)
 
 

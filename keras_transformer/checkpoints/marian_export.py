@@ -206,17 +206,16 @@ def export_marian(run_directory, out, force=False):
     if is_marian_run(run_directory):
         from keras_transformer.checkpoints.marian import copy_vocabulary_files
 
-        # An imported run's ids are Marian's permuted: its id table is written in this package's order.
         copy_vocabulary_files(run_directory, out)
-        table = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
     else:
         for name in (SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE):
             shutil.copyfile(os.path.join(run_directory, run_folder.VOCABULARY_FILE), os.path.join(out, name))
-        table = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
         with open(os.path.join(out, TOKENIZER_CONFIG_FILE), "w") as f:
             json.dump({"tokenizer_class": "MarianTokenizer", "eos_token": "</s>", "unk_token": "<unk>",
                        "pad_token": "<pad>", "model_max_length": config["max_position_embeddings"],
                        "separate_vocabs": False}, f, indent=2)
+    # This package's ids (an imported run's are Marian's permuted): vocab.json over a copied one.
+    table = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
     with open(os.path.join(out, ID_TABLE_FILE), "w", encoding="utf-8") as f:
         json.dump(table, f, ensure_ascii=False, indent=2)
     return config
