@@ -4,6 +4,7 @@
     keras-transformer translate --model DIR [--beam N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR [--format savedmodel|ctranslate2]
+    keras-transformer serve --model DIR [--model NAME=DIR ...] [--host 127.0.0.1 --port 8080]
     keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
 
 This package sits beside the `keras_transformer` package, not inside it, so
@@ -26,6 +27,7 @@ import sys
 import warnings
 
 from keras_transformer_cli import commands
+from keras_transformer_cli import serve
 from keras_transformer_cli import startup
 from keras_transformer_cli.commands import ABLATE_SETTINGS
 
@@ -397,6 +399,10 @@ def build_parser():
     marian.add_argument("--output", required=True, help="the run folder to write; every verb takes it as --model")
     marian.add_argument("--overwrite", action="store_true", help="replace --output if it holds files")
 
+    serving = verb("serve", serve.serve, "serve translations over HTTP, batching concurrent requests",
+                   serve.SERVE_DESCRIPTION)
+    serve.add_arguments(serving, _positive_int, _batch_size, ENGINE_HELP)
+
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",
                         help="a named variant (baseline, no_embedding_scale, untied, pre_ln, ...) or "
@@ -450,7 +456,7 @@ def main(argv=None):
     with contextlib.redirect_stdout(progress):
         warnings.formatwarning = _one_line_warning
         try:
-            if getattr(args, "engine", None) != "compiled" or args.command != "translate":
+            if getattr(args, "engine", None) != "compiled" or args.command not in ("translate", "serve"):
                 args.start_keras()  # a compiled translate starts Keras only to write its program
             status = args.handler(args, results)
         except KeyboardInterrupt:

@@ -122,12 +122,32 @@ class CompiledTranslator(TextTranslator):
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}
 
-    def _outputs(self, source):
-        compiled = self._compiled.get(source.shape)
+    def _program_for(self, shape):
+        compiled = self._compiled.get(shape)
         if compiled is None:  # once per batch shape: XLA, or its code from the cache
+            import jax
+
             with phase("compile"):
-                compiled = self._compiled[source.shape] = self._run.lower(self._weights, source).compile()
-        return compiled(self._weights, source)
+                source = jax.ShapeDtypeStruct(shape, np.int32)
+                compiled = self._compiled[shape] = self._run.lower(self._weights, source).compile()
+        return compiled
+
+    def _outputs(self, source):
+        return self._program_for(source.shape)(self._weights, source)
+
+    def compile_batch_shapes(self):
+        """Compiles the program for every batch shape a call can give it (`batch_shapes`), so none waits for XLA.
+
+        From the second process on, XLA's code comes from the cache.
+        What a server does before it says it is ready.
+
+        Returns:
+            The `(rows, width)` shapes, smallest first.
+        """
+        shapes = self.batch_shapes()
+        for shape in shapes:
+            self._program_for(shape)
+        return shapes
 
     def _decode(self, source):
         if self.n_best_size:
@@ -167,7 +187,7 @@ def _require_run_files(run_directory):
 
 def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=DEFAULT_LENGTH_PENALTY,
                              no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
-                             cross_attention=False):
+                             cross_attention=False, weights_of=None):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
@@ -177,6 +197,9 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         n_best, cross_attention: the program of an n-best list (and its
             cross-attention) instead of a plain translation's
             (`CompiledTranslator`).
+        weights_of: None, or a `CompiledTranslator` of the same run whose
+            weights (already on the device) the new one shares: a server
+            holding several settings of one model keeps one copy.
         write: called as `write(run_directory, entry, cache, beam_width=...,
             length_penalty=..., no_repeat_ngram_size=..., n_best=...,
             cross_attention=...)` when the entry
@@ -200,27 +223,32 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine))
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                        n_best=n_best, cross_attention=bool(n_best and cross_attention))
-        loaded = _read_entry(cache, entry, **setting)
+        loaded = _read_entry(cache, entry, **setting, read_weights=weights_of is None)
     if loaded is None:
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
         write(run_directory, entry, cache, **setting)
         with phase("load"):
-            loaded = _read_entry(cache, entry, **setting)
+            loaded = _read_entry(cache, entry, **setting, read_weights=weights_of is None)
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
         log(f"translation program: from the cache, {entry}")
     program, weights, settings = loaded
     with phase("load"):
+        if weights_of is not None:
+            return CompiledTranslator(program, weights_of._weights, weights_of.tokenizer, settings["max_length"],
+                                      batch_size=batch_size, beam_width=beam_width, n_best=n_best,
+                                      cross_attention=setting["cross_attention"])
         tokenizer = load_run_tokenizer(run_directory)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"])
 
 
-def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention):
-    """`(program, weights, settings)` of an entry, or None if any part is missing or unreadable."""
+def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
+                read_weights=True):
+    """`(program, weights, settings)` of an entry (weights None unless `read_weights`), or None if a part is missing."""
     from jax import export
 
     settings = cache.read_json(entry / SETTINGS_FILE)
@@ -231,8 +259,12 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))
-        with np.load(weights_path) as archive:
-            weights = [archive[str(i)] for i in range(len(archive.files))]
+        weights = None
+        if read_weights:
+            with np.load(weights_path) as archive:
+                weights = [archive[str(i)] for i in range(len(archive.files))]
+        elif not weights_path.is_file():
+            return None
     except (OSError, ValueError, KeyError):
         return None
     cache.touch(program_path, weights_path, entry / SETTINGS_FILE)

@@ -126,6 +126,24 @@ class TextTranslator:
             batch[i, : len(row)] = row
         return batch
 
+    def batch_shapes(self):
+        """Every `(rows, width)` a call pads its batches into when `bucketed`, smallest first.
+
+        Rows: 8, 16, 32, ... up to `batch_size` (a batch is filled up to one
+        of these); widths: `SOURCE_BUCKET` and powers of two above it, the
+        last cut to `max_length`. A compiled engine compiles each once.
+
+        Example:
+
+        >>> translator = TextTranslator()
+        >>> translator.batch_size, translator.max_length = 16, 100
+        >>> translator.batch_shapes()
+        [(8, 32), (8, 64), (8, 100), (16, 32), (16, 64), (16, 100)]
+        """
+        rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(1, self.batch_size + 1)}
+        widths = {min(self.max_length, next_bucket(size, SOURCE_BUCKET)) for size in range(1, self.max_length + 1)}
+        return [(row, width) for row in sorted(rows) for width in sorted(widths)]
+
     def unknown_characters(self, text):
         """How many of `text`'s non-space characters the vocabulary does not know.
 

@@ -1,0 +1,165 @@
+"""`keras-transformer serve`: the flags, and the engines that load a run for the server.
+
+The server itself is `keras_transformer_runtime.serving`. On the compiled
+engine the serving process never imports Keras: a program missing from
+the cache is written by a child `keras-transformer translate`, which
+compiles it with Keras on JAX and exits.
+"""
+
+import os
+import subprocess
+import sys
+
+SERVE_DESCRIPTION = """\
+Serves translations over HTTP (docs/serving.md): POST /v1/translate takes
+{"model": NAME, "text": [...], "beam": 4, "n_best": 1, "alignments": false}
+and answers with translate --format jsonl's objects; POST
+/v1/models/NAME:predict answers TensorFlow Serving's REST shape. The
+sentences of concurrent requests are decoded together. GET /healthz,
+/readyz, /metrics (Prometheus) and /openapi.json. SIGTERM stops taking
+requests, answers those taken and exits 0.
+"""
+# A child `translate` writing a program: Keras' import and the export take about a minute at worst.
+WRITE_TIMEOUT_SECONDS = 900
+
+
+def add_arguments(parser, positive_int, batch_size, engine_help):
+    """The flags of `serve` (the type functions and texts come from the CLI's module)."""
+    parser.add_argument("--model", action="append", required=True, metavar="[NAME=]FOLDER",
+                        help="a run folder to serve, named by its last part or NAME; repeat for several")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on; any but loopback needs --token-file or --no-auth")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one, logged)")
+    parser.add_argument("--beam", type=positive_int, nargs="+", default=[4], metavar="N",
+                        help="the beam widths requests may ask for, the default first (each one decoding "
+                             "program, compiled at start)")
+    parser.add_argument("--no-repeat-ngram", type=int, default=3,
+                        help="never repeat an n-gram of this many tokens; 0 turns it off")
+    parser.add_argument("--batch-size", type=batch_size, default="auto",
+                        help="rows the decoding program runs at once (auto: 8 on a CPU, 64 on a GPU)")
+    parser.add_argument("--max-batch-sentences", type=positive_int, default=64,
+                        help="the most sentences of concurrent requests gathered into one batch (1: no batching "
+                             "across requests)")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0,
+                        help="how long an idle decoder waits for more requests to join the first")
+    parser.add_argument("--max-queue-sentences", type=positive_int, default=2048,
+                        help="the most sentences waiting; beyond, requests get 503 with Retry-After")
+    parser.add_argument("--max-texts", type=positive_int, default=256, help="the most sentences in one request (413)")
+    parser.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, help="the largest request body (413)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds a request may wait for its translations (then 504)")
+    parser.add_argument("--token-file", help="a file whose first line is the bearer token every request (but "
+                                             "/healthz and /readyz) must carry")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="listen beyond loopback without a token (behind your own gateway)")
+    parser.add_argument("--engine", choices=("auto", "compiled", "keras"), default="auto", help=engine_help)
+
+
+def serve(args, out):
+    """`serve`: checks the flags and the run folders, then serves until SIGTERM; returns the exit status."""
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.serving.app import ServerLimits
+    from keras_transformer_runtime.serving.app import create_app
+    from keras_transformer_runtime.serving.server import check_listening_address
+    from keras_transformer_runtime.serving.server import read_token
+    from keras_transformer_runtime.serving.server import run_server
+
+    def log(line):
+        print(f"keras-transformer: {line}", file=sys.stderr, flush=True)
+
+    token = read_token(args.token_file) if args.token_file else None
+    check_listening_address(args.host, token, args.no_auth)
+    if args.max_texts > args.max_queue_sentences:
+        raise UserInputError(f"--max-texts {args.max_texts} is more than --max-queue-sentences "
+                             f"{args.max_queue_sentences}: such a request could never be queued.")
+    if args.timeout <= 0 or args.batch_wait_ms < 0:
+        raise UserInputError("--timeout must be > 0 and --batch-wait-ms >= 0.")
+    models = _served_models(args, log)
+    limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
+                          max_batch_sentences=args.max_batch_sentences, batch_wait_seconds=args.batch_wait_ms / 1000,
+                          max_queue_sentences=args.max_queue_sentences, timeout_seconds=args.timeout)
+    app = create_app(models, limits, token, log)
+    return run_server(app, args.host, args.port, log)
+
+
+def _served_models(args, log):
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.serving.served_model import ServedModel
+    from keras_transformer_runtime.serving.served_model import model_name
+
+    load, engine = _compiled_loader(args) if args.engine == "compiled" else _keras_loader(args)
+    models = {}
+    for argument in args.model:
+        name, folder = model_name(argument)
+        if not name or name in models:
+            raise UserInputError(f"--model {argument!r}: {'an empty name' if not name else f'a second {name!r}'}; "
+                                 "name each model with NAME=FOLDER.")
+        _check_run_folder(folder)
+        models[name] = ServedModel(name, folder, args.beam, load, engine)
+        log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, args.beam))}")
+    return models
+
+
+def _check_run_folder(folder):
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.run_files import MODEL_FILE
+    from keras_transformer_runtime.run_tokenizer import vocabulary_files
+
+    for name in (MODEL_FILE, *vocabulary_files(folder)):
+        if not os.path.isfile(os.path.join(folder, name)):
+            raise UserInputError(f"--model {folder!r} holds no {name}: pass the --output folder of a finished "
+                                 "`keras-transformer train` or `import`.")
+
+
+def _compiled_loader(args):
+    """`(load_translator, engine words)` for the compiled engine: programs from the cache, JAX alone."""
+    from keras_transformer_runtime.compiled_translator import engine_description
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+    from keras_transformer_runtime.program_cache import ProgramCache
+
+    cache = ProgramCache()
+
+    def load(run_directory, setting, weights_of):
+        return load_compiled_translator(run_directory, cache, beam_width=setting.beam,
+                                        no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
+                                        write=_write_in_a_child, n_best=setting.beam,
+                                        cross_attention=setting.alignments, weights_of=weights_of)
+
+    return load, f"compiled engine ({engine_description()})"
+
+
+def _write_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size, n_best,
+                      cross_attention):
+    """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras."""
+    from keras_transformer_runtime.errors import UserInputError
+
+    print(f"keras-transformer: compiling the decoding program of beam {beam_width}"
+          f"{' with alignments' if cross_attention else ''} into the cache (once per model and setting)",
+          file=sys.stderr, flush=True)
+    command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", run_directory,
+               "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
+               "--n-best", str(n_best), "--format", "jsonl", *(["--alignments"] if cross_attention else []), ""]
+    # The child finds the same cache: ProgramCache() reads the same environment.
+    result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
+    if result.returncode != 0:
+        raise UserInputError(f"writing the decoding program failed: {result.stderr.strip().splitlines()[-1:]}")
+
+
+def _keras_loader(args):
+    """`(load_translator, engine words)` for the Keras model: one `Translator` a beam width, both alignments."""
+    import keras
+
+    from keras_transformer.translator import Translator
+
+    loaded = {}
+
+    def load(run_directory, setting, weights_of):
+        key = (run_directory, setting.beam)
+        if key not in loaded:
+            loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam,
+                                                    no_repeat_ngram_size=args.no_repeat_ngram,
+                                                    batch_size=args.batch_size)
+        return loaded[key]
+
+    return load, f"Keras model ({keras.backend.backend()})"
+

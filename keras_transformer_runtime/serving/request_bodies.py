@@ -1,0 +1,221 @@
+"""What a request may say, checked before anything is queued: every refusal is one line and a 4xx.
+
+Two shapes are read: this server's own `POST /v1/translate` body, and
+TensorFlow Serving's REST `predict` body (`instances` or `inputs`, strings
+or `{"b64": ...}`), so a client written for the exported SavedModel under
+TensorFlow Serving works unchanged. Nothing a request says is ever used as
+a path: models are looked up by the names the command line gave them.
+"""
+
+import base64
+import binascii
+import dataclasses
+import json
+
+# The fields of `POST /v1/translate` and their meaning (also the OpenAPI description's).
+TRANSLATE_FIELDS = {
+    "model": "the model's name, as `serve --model` gave it; may be left out when one model is served",
+    "text": "a sentence, or a list of them",
+    "beam": "the beam width, one of those served (`serve --beam`; default: the first)",
+    "n_best": "how many hypotheses each sentence gets, 1 to the beam width (default 1)",
+    "alignments": "each hypothesis' word alignment to the source, and the source's pieces (default false)",
+    "attention_weights": "with the alignments, each hypothesis' cross-attention over the source pieces (default false)",
+    "token_scores": "each hypothesis' subword pieces and their log-probabilities (default false)",
+}
+SIGNATURE_NAME = "serving_default"
+SIGNATURE_INPUT = "texts"
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status (4xx) and a one-line reason.
+
+    Example:
+
+    >>> error = RequestError(400, "'beam' must be an int")
+    >>> error.status, str(error)
+    (400, "'beam' must be an int")
+    """
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslateRequest:
+    """A checked request: which model, which sentences, and how to decode and answer them."""
+
+    model: str
+    texts: tuple
+    beam: int
+    n_best: int = 1
+    alignments: bool = False
+    attention_weights: bool = False
+    token_scores: bool = False
+    text_warnings: tuple = ()
+
+
+def json_body(body):
+    """The JSON object of a request body (bytes), or a `RequestError` (400) saying what is wrong with it."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestError(400, f"the body is not UTF-8 (byte {error.start})")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RequestError(400, f"the body is not JSON: {error.msg} at line {error.lineno} column {error.colno}")
+    except RecursionError:
+        raise RequestError(400, "the body is not JSON this server reads: nested too deep")
+    if not isinstance(value, dict):
+        raise RequestError(400, f"the body must be a JSON object, not {_json_type(value)}")
+    return value
+
+
+def parse_translate(body, models, max_texts):
+    """The `TranslateRequest` of a `POST /v1/translate` body.
+
+    Args:
+        body: the request's bytes.
+        models: dict of name -> `ServedModel`.
+        max_texts: the most sentences a request may send (more: 413).
+
+    Returns:
+        A `TranslateRequest`.
+
+    Raises:
+        RequestError: what is wrong, as a 400 (or 413 for too many texts).
+
+    Example:
+
+    >>> import types
+    >>> models = {"es-en": types.SimpleNamespace(beams=(4, 1), default_beam=4)}
+    >>> parse_translate(b'{"text": "Hola.", "n_best": 2}', models, 64).texts
+    ('Hola.',)
+    """
+    value = json_body(body)
+    unknown = sorted(set(value) - set(TRANSLATE_FIELDS))
+    if unknown:
+        raise RequestError(400, f"unknown field {unknown[0]!r}; the fields are {', '.join(TRANSLATE_FIELDS)}")
+    model = _model(value.get("model"), models)
+    if "text" not in value:
+        raise RequestError(400, "'text' is missing: give a sentence or a list of them")
+    texts, text_warnings = _texts(value["text"], "'text'", max_texts)
+    served = models[model].beams
+    beam = _integer(value, "beam", models[model].default_beam)
+    if beam not in served:
+        raise RequestError(400, f"'beam' {beam} is not served; this server serves beam "
+                                f"{' or '.join(map(str, served))} for {model!r} (serve --beam)")
+    n_best = _integer(value, "n_best", 1)
+    if not 1 <= n_best <= beam:
+        raise RequestError(400, f"'n_best' must be from 1 to the beam width {beam}, got {n_best}")
+    flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
+    flags["alignments"] = flags["alignments"] or flags["attention_weights"]
+    return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, **flags)
+
+
+def parse_predict(body, max_texts):
+    """The sentences of a TensorFlow Serving REST `predict` body, and each one's warnings.
+
+    Takes the row format (`{"instances": [...]}`) and the columnar one
+    (`{"inputs": [...]}` or `{"inputs": {"texts": [...]}}`); an instance is
+    a string, `{"b64": ...}` (UTF-8 bytes in base64) or `{"texts": ...}`.
+
+    Returns:
+        `(texts, text_warnings, columnar)`.
+
+    Raises:
+        RequestError: 400, or 413 for too many texts.
+
+    Example:
+
+    >>> parse_predict(b'{"instances": ["Hola.", {"texts": {"b64": "QWTDs3Mu"}}]}', 64)[0]
+    ('Hola.', 'Adiós.')
+    """
+    value = json_body(body)
+    signature = value.get("signature_name", SIGNATURE_NAME)
+    if signature != SIGNATURE_NAME:
+        raise RequestError(400, f"unknown signature_name {signature!r}: the model has {SIGNATURE_NAME!r} only")
+    unknown = sorted(set(value) - {"instances", "inputs", "signature_name"})
+    if unknown or ("instances" in value) == ("inputs" in value):
+        raise RequestError(400, "the body must hold one of 'instances' (rows) or 'inputs' (columns), "
+                                "and optionally 'signature_name'")
+    columnar = "inputs" in value
+    rows = value["inputs"] if columnar else value["instances"]
+    if columnar and isinstance(rows, dict):
+        rows = _named_input(rows, "'inputs'")
+    if not isinstance(rows, list):
+        raise RequestError(400, f"{'inputs' if columnar else 'instances'} must be a list, not {_json_type(rows)}")
+    if not columnar:
+        rows = [_named_input(row, f"instances[{i}]") if isinstance(row, dict) and "b64" not in row else row
+                for i, row in enumerate(rows)]
+    rows = [_base64(row, i) for i, row in enumerate(rows)]
+    texts, text_warnings = _texts(rows, "'instances'", max_texts)
+    return texts, text_warnings, columnar
+
+
+def _named_input(value, where):
+    if set(value) != {SIGNATURE_INPUT}:
+        raise RequestError(400, f"{where} must name the one input {SIGNATURE_INPUT!r}, got {sorted(value)}")
+    return value[SIGNATURE_INPUT]
+
+
+def _base64(value, index):
+    if not isinstance(value, dict):
+        return value
+    if set(value) != {"b64"} or not isinstance(value["b64"], str):
+        raise RequestError(400, f"instance {index} must be a string or {{\"b64\": string}}")
+    try:
+        return base64.b64decode(value["b64"], validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise RequestError(400, f"instance {index}: 'b64' is not base64 of UTF-8 text")
+
+
+def _model(name, models):
+    if name is None:
+        if len(models) == 1:
+            return next(iter(models))
+        raise RequestError(400, f"'model' is missing: this server serves {', '.join(sorted(models))}")
+    if not isinstance(name, str) or name not in models:
+        raise RequestError(400, f"unknown model {name!r:.80}: this server serves {', '.join(sorted(models))}")
+    return name
+
+
+def _texts(value, where, max_texts):
+    """`(texts, warnings)`: the sentences as a tuple of str, lone surrogates replaced (and warned about)."""
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list):
+        raise RequestError(400, f"{where} must be a string or a list of strings, not {_json_type(value)}")
+    if len(texts) > max_texts:
+        raise RequestError(413, f"{len(texts)} sentences in one request; the most is {max_texts} (serve --max-texts)")
+    cleaned, text_warnings = [], []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise RequestError(400, f"{where}[{i}] must be a string, not {_json_type(text)}")
+        try:
+            text.encode("utf-8")
+            text_warnings.append(())
+        except UnicodeEncodeError:  # JSON's "\ud800": a lone surrogate, which no UTF-8 answer can hold
+            text = "".join("\ufffd" if "\ud800" <= character <= "\udfff" else character for character in text)
+            text_warnings.append(("held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD",))
+        cleaned.append(text)
+    return tuple(cleaned), tuple(text_warnings)
+
+
+def _integer(value, name, default):
+    number = value.get(name, default)
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise RequestError(400, f"{name!r} must be an integer, not {_json_type(number)}")
+    return number
+
+
+def _boolean(value, name):
+    flag = value.get(name, False)
+    if not isinstance(flag, bool):
+        raise RequestError(400, f"{name!r} must be true or false, not {_json_type(flag)}")
+    return flag
+
+
+def _json_type(value):
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)

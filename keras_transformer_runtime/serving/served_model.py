@@ -1,0 +1,141 @@
+"""One run served under a name: its translators for each setting a request may ask for.
+
+A request chooses a beam width (among those the command line served) and
+whether it wants alignments; each such setting is its own decoding program
+(`Setting`). `ServedModel` loads them all once, compiles every batch shape
+before the server says it is ready, and translates a batch of one
+setting into `translate --format jsonl`'s objects, with the warnings of
+each sentence (truncated, mostly unknown characters) beside it.
+"""
+
+import dataclasses
+import os
+import warnings
+
+import numpy as np
+
+from keras_transformer_runtime.special_tokens import UNK_ID
+from keras_transformer_runtime.text_translator import UNKNOWN_WARNING_FRACTION
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What a batch is decoded with: the beam width, and whether the cross-attention is read (alignments).
+
+    Example:
+
+    >>> Setting(4, alignments=True)
+    Setting(beam=4, alignments=True)
+    """
+
+    beam: int
+    alignments: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Translated:
+    """A sentence's `Translation` (its `beam` best hypotheses) and the warnings about its input."""
+
+    translation: object
+    warnings: tuple = ()
+
+
+def model_name(argument):
+    """The name and run folder of a `--model` argument: `NAME=FOLDER`, or a folder named by its last part.
+
+    Example:
+
+    >>> model_name("runs/es-en/"), model_name("bible=runs/es-en")
+    (('es-en', 'runs/es-en/'), ('bible', 'runs/es-en'))
+    """
+    name, separator, folder = argument.partition("=")
+    if not separator:
+        folder = argument
+        name = os.path.basename(os.path.normpath(argument))
+    return name, folder
+
+
+class ServedModel:
+    """A run's translators, one per `Setting` served, behind one name.
+
+    Args:
+        name: what requests call the model.
+        run_directory: the run folder (`--output` of `train`, or of `import`).
+        beams: the beam widths served, the default (what a request that names
+            none gets) first.
+        load_translator: `load_translator(run_directory, setting, weights_of)
+            -> TextTranslator` with `n_best` of `setting.beam` hypotheses (and
+            the cross-attention when `setting.alignments`); `weights_of` is an
+            already loaded translator of the run, or None.
+        engine: a few words on what runs the model (said at start and in `/v1/models`).
+
+    Example (`translate` needs `load()` first):
+
+    >>> ServedModel("es-en", "runs/es-en", [4, 1], load_translator=None, engine="compiled").settings()
+    [Setting(beam=4, alignments=False), Setting(beam=4, alignments=True), Setting(beam=1, alignments=False), \
+Setting(beam=1, alignments=True)]
+    """
+
+    def __init__(self, name, run_directory, beams, load_translator, engine):
+        self.name = name
+        self.run_directory = run_directory
+        self.beams = tuple(int(beam) for beam in beams)
+        self.engine = engine
+        self._load_translator = load_translator
+        self._translators = {}
+
+    @property
+    def default_beam(self):
+        return self.beams[0]
+
+    def settings(self):
+        """Every `Setting` served: each beam width with and without alignments."""
+        return [Setting(beam, alignments) for beam in self.beams for alignments in (False, True)]
+
+    def load(self, log=lambda line: None):
+        """Loads each setting's translator and compiles its batch shapes (where the engine compiles ahead)."""
+        first = None
+        for setting in self.settings():
+            translator = self._load_translator(self.run_directory, setting, first)
+            first = first or translator
+            if hasattr(translator, "compile_batch_shapes"):
+                shapes = translator.compile_batch_shapes()
+                log(f"{self.name}: beam {setting.beam}{' with alignments' if setting.alignments else ''}: "
+                    f"{len(shapes)} batch shapes compiled")
+            self._translators[setting] = translator
+
+    @property
+    def max_length(self):
+        """The longest source in tokens; longer ones are cut, with a warning."""
+        return next(iter(self._translators.values())).max_length
+
+    def translate(self, setting, texts):
+        """Each of `texts` translated with `setting`: one `Translated` each, in order.
+
+        Runs in the server's decoding thread. The translator's own warnings
+        (which would name the batch, not the request) are silenced; each
+        sentence's are returned with it instead.
+        """
+        translator = self._translators[setting]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            translations = translator.n_best(list(texts), setting.beam, alignments=setting.alignments)
+        return [Translated(translation, sentence_warnings)
+                for translation, sentence_warnings in zip(translations, self._warnings(translator, texts))]
+
+    def _warnings(self, translator, texts):
+        """What `TextTranslator` warns about each of `texts`, one tuple each."""
+        found = [[] for _ in texts]
+        given = [i for i, text in enumerate(texts) if text.strip()]
+        ids = translator.tokenizer.tokenize([texts[i] for i in given]) if given else []
+        for i, row in zip(given, ids):
+            row = np.asarray(row).reshape(-1)
+            if len(row) > translator.max_length:
+                found[i].append(f"longer than max_length={translator.max_length} tokens ({len(row)}); "
+                                "truncated")
+            if (row == UNK_ID).any():
+                unknown, characters = translator.unknown_characters(texts[i])
+                if characters and unknown / characters > UNKNOWN_WARNING_FRACTION:
+                    found[i].append(f"{unknown} of {characters} characters are unknown to the vocabulary, so "
+                                    "the translation is a guess")
+        return [tuple(messages) for messages in found]
