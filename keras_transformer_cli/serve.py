@@ -113,11 +113,14 @@ def _check_run_folder(folder):
 
 def _compiled_loader(args):
     """`(load_translator, engine words)` for the compiled engine: programs from the cache, JAX alone."""
+    from keras_transformer_cli.startup import quiet_native_logging
     from keras_transformer_runtime.compiled_translator import engine_description
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
 
     cache = ProgramCache()
+    with quiet_native_logging(args.verbose):  # JAX's start on a machine without CUDA logs "failed call to cuInit"
+        engine = engine_description()
 
     def load(run_directory, setting, weights_of):
         return load_compiled_translator(run_directory, cache, beam_width=setting.beam,
@@ -125,7 +128,7 @@ def _compiled_loader(args):
                                         write=_write_in_a_child, n_best=setting.beam,
                                         cross_attention=setting.alignments, weights_of=weights_of)
 
-    return load, f"compiled engine ({engine_description()})"
+    return load, f"compiled engine ({engine})"
 
 
 def _write_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size, n_best,

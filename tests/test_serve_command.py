@@ -1,0 +1,206 @@
+"""`keras-transformer serve` as an application meets it: a real server process on a free loopback port.
+
+Each server runs the compiled engine on the trained fixture run and is
+talked to with a real HTTP client (httpx); every process is bounded by a
+timeout and killed when a test ends, however it ends. Marked `end_to_end`
+(CI runs them) and `backend_independent` (the compiled engine is JAX's
+whatever KERAS_BACKEND says).
+"""
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("jax")
+
+pytestmark = [pytest.mark.end_to_end, pytest.mark.backend_independent]
+
+START_TIMEOUT = 300  # the first server writes its programs (a child translate each) and compiles them
+REQUEST_TIMEOUT = 60
+SENTENCES = ["Y dijo Dios: Sea la luz.", "En el principio creó Dios los cielos y la tierra.", "Y fue la tarde.",
+             "Y vio Dios que era bueno.", "", "Hola."]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One program cache for the module's servers and CLI calls: the first server writes the programs."""
+    return tmp_path_factory.mktemp("serve-cache")
+
+
+def _environment(cache):
+    return {**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache)}
+
+
+class _Server:
+    """A `keras-transformer serve` process: its address once ready, and its log."""
+
+    def __init__(self, process, log_lines):
+        self.process, self.log_lines = process, log_lines
+        self.url = None
+
+    def log(self):
+        return "\n".join(self.log_lines)
+
+
+@contextlib.contextmanager
+def _serving(trained_run, cache, *flags):
+    """Starts `serve --port 0` on the trained run, waits until /readyz, yields a `_Server`; always reaped."""
+    command = [sys.executable, "-m", "keras_transformer_cli", "serve", "--model", f"es-en={trained_run}",
+               "--port", "0", *flags]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=_environment(cache))
+    server = _Server(process, [])
+    ready = threading.Event()
+
+    def read_log():
+        for line in process.stderr:
+            server.log_lines.append(line.rstrip("\n"))
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                server.url = found.group(1)
+            if "keras-transformer: ready:" in line or "keras-transformer: error" in line:
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(START_TIMEOUT), "the server did not get ready:\n" + server.log()
+        assert server.url and any("ready:" in line for line in server.log_lines), server.log()
+        yield server
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+
+
+def _cli_jsonl(trained_run, cache, texts, *flags):
+    result = subprocess.run([sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(trained_run),
+                             "--format", "jsonl", *flags, *texts], capture_output=True, text=True,
+                            timeout=START_TIMEOUT, env=_environment(cache))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def server(trained_run, cache):
+    with _serving(trained_run, cache, "--beam", "4", "1") as running:
+        yield running
+
+
+def test_the_server_says_what_it_serves_and_where(server):
+    log = server.log()
+    assert "'es-en'" in log and "compiled engine (jax" in log and "beam 4 and 1" in log
+    assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_answers_equal_the_command_lines(server, trained_run, cache):
+    texts = SENTENCES[:4]
+    answer = httpx.post(f"{server.url}/v1/translate", json={"text": texts, "n_best": 2, "token_scores": True},
+                        timeout=REQUEST_TIMEOUT)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["translations"] == _cli_jsonl(trained_run, cache, texts, "--n-best", "2", "--token-scores")
+    greedy = httpx.post(f"{server.url}/v1/translate", json={"text": texts, "beam": 1, "alignments": True},
+                        timeout=REQUEST_TIMEOUT)
+    assert greedy.json()["translations"] == _cli_jsonl(trained_run, cache, texts, "--beam", "1", "--alignments")
+    predict = httpx.post(f"{server.url}/v1/models/es-en:predict", json={"instances": texts}, timeout=REQUEST_TIMEOUT)
+    assert predict.json()["predictions"] == [translation["hypotheses"][0]["text"]
+                                             for translation in answer.json()["translations"]]
+
+
+def test_concurrent_callers_get_only_their_own_answers_in_their_own_order(server):
+    alone = {text: httpx.post(f"{server.url}/v1/translate", json={"text": text}, timeout=REQUEST_TIMEOUT).json()
+             ["translations"][0]["hypotheses"][0]["text"] for text in SENTENCES}
+    requests = [[SENTENCES[(i + k) % len(SENTENCES)] for k in range(i % 4 + 1)] for i in range(24)]
+
+    def ask(texts):
+        with httpx.Client(timeout=REQUEST_TIMEOUT) as client:
+            return client.post(f"{server.url}/v1/translate", json={"text": texts})
+
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(ask, requests))
+    for texts, answer in zip(requests, answers):
+        assert answer.status_code == 200, answer.text
+        translations = answer.json()["translations"]
+        assert [t["source"] for t in translations] == texts
+        assert [t["hypotheses"][0]["text"] for t in translations] == [alone[text] for text in texts]
+    metrics = httpx.get(f"{server.url}/metrics").text
+    batches = float(re.search(r'keras_transformer_batch_sentences_count\{model="es-en"\} (\S+)', metrics).group(1))
+    requests_served = float(re.search(r'keras_transformer_requests_total\{code="200",endpoint="translate",'
+                                      r'model="es-en"\} (\S+)', metrics).group(1))
+    assert batches < requests_served  # some requests shared a batch
+
+
+def test_a_full_queue_gives_503_with_retry_after(trained_run, cache):
+    # The idle decoder waits 2 s for company, holding the first request's 2 sentences: the queue is full.
+    with _serving(trained_run, cache, "--max-queue-sentences", "2", "--max-texts", "2", "--batch-wait-ms",
+                  "2000") as running:
+        def ask(i):
+            time.sleep(0.2 * (i > 0))  # the first is queued first
+            return httpx.post(f"{running.url}/v1/translate", json={"text": SENTENCES[:2]}, timeout=REQUEST_TIMEOUT)
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(ask, range(6)))
+    assert answers[0].status_code == 200
+    refused = [answer for answer in answers[1:] if answer.status_code == 503]
+    assert refused and all(answer.headers["retry-after"] == "1" and "too busy" in answer.json()["error"]
+                           for answer in refused)
+
+
+def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(trained_run, cache):
+    with _serving(trained_run, cache) as running:
+        statuses, stop = [], threading.Event()
+
+        def client_loop(k):
+            with httpx.Client(timeout=REQUEST_TIMEOUT) as client:
+                for i in range(40):  # bounded: 40 requests a client at most
+                    if stop.is_set():
+                        return
+                    try:
+                        answer = client.post(f"{running.url}/v1/translate", json={"text": SENTENCES[(k + i) % 4]})
+                    except httpx.TransportError:  # refused or closed before the server took the request
+                        statuses.append("not taken")
+                        continue
+                    statuses.append(answer.status_code)
+                    if answer.status_code == 200:
+                        assert answer.json()["translations"][0]["source"] == SENTENCES[(k + i) % 4]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            clients = [pool.submit(client_loop, k) for k in range(8)]
+            deadline = time.monotonic() + 60
+            while statuses.count(200) < 16 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            running.process.send_signal(signal.SIGTERM)
+            code = running.process.wait(timeout=REQUEST_TIMEOUT)
+            stop.set()
+            for client in clients:
+                client.result(timeout=REQUEST_TIMEOUT)
+        time.sleep(0.5)  # the log reader's last lines
+        stopped = re.search(r"stopped: (\d+) translation requests taken, (\d+) answered, (\d+) timed out",
+                            running.log())
+    assert code == 0, running.log()
+    assert stopped, running.log()
+    taken, answered, timed_out = map(int, stopped.groups())
+    assert taken == answered == statuses.count(200) and timed_out == 0
+    assert set(statuses) <= {200, 503, "not taken"}, statuses  # 503: "shutting down", never taken
+
+
+def test_a_token_guards_the_server_when_given(trained_run, cache, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("correct-horse\n")
+    with _serving(trained_run, cache, "--token-file", str(token_file)) as running:
+        anonymous = httpx.post(f"{running.url}/v1/translate", json={"text": "Hola."}, timeout=REQUEST_TIMEOUT)
+        signed = httpx.post(f"{running.url}/v1/translate", json={"text": "Hola."}, timeout=REQUEST_TIMEOUT,
+                            headers={"Authorization": "Bearer correct-horse"})
+    assert anonymous.status_code == 401 and signed.status_code == 200
