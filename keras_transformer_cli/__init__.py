@@ -401,7 +401,7 @@ def build_parser():
 
     serving = verb("serve", serve.serve, "serve translations over HTTP, batching concurrent requests",
                    serve.SERVE_DESCRIPTION)
-    serve.add_arguments(serving, _positive_int, _batch_size, ENGINE_HELP)
+    serve.add_arguments(serving, _positive_int, _batch_size, ENGINE_HELP, BEAM_WIDTH, NO_REPEAT_NGRAM)
 
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",

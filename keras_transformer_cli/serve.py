@@ -23,17 +23,17 @@ requests, answers those taken and exits 0.
 WRITE_TIMEOUT_SECONDS = 900
 
 
-def add_arguments(parser, positive_int, batch_size, engine_help):
-    """The flags of `serve` (the type functions and texts come from the CLI's module)."""
+def add_arguments(parser, positive_int, batch_size, engine_help, beam_width, no_repeat_ngram):
+    """The flags of `serve` (the type functions, help and defaults shared with `translate` come from the CLI's module)."""
     parser.add_argument("--model", action="append", required=True, metavar="[NAME=]FOLDER",
                         help="a run folder to serve, named by its last part or NAME; repeat for several")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; any but loopback needs --token-file or --no-auth")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one, logged)")
-    parser.add_argument("--beam", type=positive_int, nargs="+", default=[4], metavar="N",
+    parser.add_argument("--beam", type=positive_int, nargs="+", default=[beam_width], metavar="N",
                         help="the beam widths requests may ask for, the default first (each one decoding "
                              "program, compiled at start)")
-    parser.add_argument("--no-repeat-ngram", type=int, default=3,
+    parser.add_argument("--no-repeat-ngram", type=int, default=no_repeat_ngram,
                         help="never repeat an n-gram of this many tokens; 0 turns it off")
     parser.add_argument("--batch-size", type=batch_size, default="auto",
                         help="rows the decoding program runs at once (auto: 8 on a CPU, 64 on a GPU)")
@@ -72,8 +72,9 @@ def serve(args, out):
     if args.max_texts > args.max_queue_sentences:
         raise UserInputError(f"--max-texts {args.max_texts} is more than --max-queue-sentences "
                              f"{args.max_queue_sentences}: such a request could never be queued.")
-    if args.timeout <= 0 or args.batch_wait_ms < 0:
-        raise UserInputError("--timeout must be > 0 and --batch-wait-ms >= 0.")
+    if args.timeout <= 0 or args.batch_wait_ms < 0 or not 0 <= args.port <= 65535:
+        raise UserInputError(f"--timeout must be > 0 (got {args.timeout:g}), --batch-wait-ms >= 0 (got "
+                             f"{args.batch_wait_ms:g}) and --port from 0 to 65535 (got {args.port}).")
     models = _served_models(args, log)
     limits = ServerLimits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                           max_batch_sentences=args.max_batch_sentences, batch_wait_seconds=args.batch_wait_ms / 1000,

@@ -204,3 +204,16 @@ def test_a_token_guards_the_server_when_given(trained_run, cache, tmp_path):
         signed = httpx.post(f"{running.url}/v1/translate", json={"text": "Hola."}, timeout=REQUEST_TIMEOUT,
                             headers={"Authorization": "Bearer correct-horse"})
     assert anonymous.status_code == 401 and signed.status_code == 200
+
+
+def test_the_load_benchmark_runs_in_miniature_and_reports_both_servers(trained_run, tmp_path, cache, monkeypatch):
+    from benchmarks import serving_load
+
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE_DIR", str(cache))
+    serving_load.main(["--model", str(trained_run), "--out", str(tmp_path), "--requests", "6", "--clients", "1", "3",
+                       "--seconds", "60"])
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(row["mode"].split()[0], row["clients"], row["requests"], row["failures"]) for row in results["rows"]] == [
+        ("batched", 1, 6, 0), ("batched", 3, 6, 0), ("one", 1, 6, 0), ("one", 3, 6, 0)]
+    assert all(same == [6, 6] for same in results["same_as_offline"].values())
+    assert "| offline, evaluate's program |" in (tmp_path / "results.md").read_text()

@@ -129,7 +129,7 @@ def parse_predict(body, max_texts):
 
     Example:
 
-    >>> parse_predict(b'{"instances": ["Hola.", {"texts": {"b64": "QWTDs3Mu"}}]}', 64)[0]
+    >>> parse_predict(b'{"instances": ["Hola.", {"texts": {"b64": "QWRpw7NzLg=="}}]}', 64)[0]
     ('Hola.', 'Adiós.')
     """
     value = json_body(body)
