@@ -329,3 +329,15 @@ def test_listening_beyond_loopback_without_a_token_is_refused_at_start(host, cap
         main(["serve", "--model", "runs/none", "--host", host])
     assert exit_info.value.code == 2
     assert "--token-file" in capsys.readouterr().err
+
+
+def test_a_busy_batcher_takes_whole_engine_batches_and_leaves_the_rest_to_go_first_next():
+    batches = []
+
+    def decode(setting, items):
+        batches.append(list(items))
+        return list(items)
+
+    results, _ = _run_batcher(decode, [("s", [i]) for i in range(11)], max_wait_seconds=0.05, rows_multiple=4)
+    assert results == [[i] for i in range(11)]
+    assert batches == [list(range(8)), [8, 9, 10]]

@@ -134,8 +134,9 @@ def create_app(models, limits=ServerLimits(), token=None, log=None):
 def _load_models(state):
     started = time.monotonic()
     try:
-        for model in state.models.values():
+        for name, model in state.models.items():
             model.load(state.log)
+            state.batchers[name].rows_multiple = model.batch_rows
     except Exception as error:  # noqa: BLE001 (reported, then the server stops)
         state.load_error = error
         state.log(f"error: loading the models failed: {type(error).__name__}: {error}")

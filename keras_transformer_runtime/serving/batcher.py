@@ -50,6 +50,10 @@ class RequestBatcher:
             raises `QueueFull`.
         on_batch: None, or called with `(items, seconds)` after each batch
             (metrics).
+        rows_multiple: int, the rows the engine decodes at once (a batch of
+            fewer is padded up to them): when more are waiting, a batch takes
+            a multiple of them, and the rest go first into the next batch
+            instead of costing a padded run of their own.
 
     Example:
 
@@ -66,7 +70,7 @@ class RequestBatcher:
     """
 
     def __init__(self, decode, executor, max_batch_items=64, max_wait_seconds=0.005, max_queue_items=1024,
-                 on_batch=None):
+                 on_batch=None, rows_multiple=1):
         if max_batch_items < 1 or max_queue_items < 1 or max_wait_seconds < 0:
             raise ValueError(f"max_batch_items and max_queue_items must be >= 1 and max_wait_seconds >= 0, got "
                              f"{max_batch_items}, {max_queue_items}, {max_wait_seconds}.")
@@ -76,6 +80,7 @@ class RequestBatcher:
         self.max_wait_seconds = float(max_wait_seconds)
         self.max_queue_items = int(max_queue_items)
         self._on_batch = on_batch
+        self.rows_multiple = int(rows_multiple)
         self._waiting = collections.deque()
         self._queued_items = 0
         self._arrival = None
@@ -137,11 +142,15 @@ class RequestBatcher:
         """The oldest request and the others of its setting that fit in a batch, taken off the queue."""
         self._drop_cancelled()
         setting = self._waiting[0].setting
+        limit = self.max_batch_items
+        available = self._same_setting_items()
+        if available >= self.rows_multiple > 1:
+            limit = min(limit, available - available % self.rows_multiple)
         batch, size = [], 0
         for waiting in list(self._waiting):
             if waiting.setting != setting:
                 continue
-            if batch and size + len(waiting.items) > self.max_batch_items:
+            if batch and size + len(waiting.items) > limit:
                 break
             batch.append(waiting)
             size += len(waiting.items)

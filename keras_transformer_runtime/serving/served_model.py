@@ -105,6 +105,11 @@ Setting(beam=1, alignments=True)]
             self._translators[setting] = translator
 
     @property
+    def batch_rows(self):
+        """The rows the engine decodes at once (its `batch_size`; 1 if it has none)."""
+        return int(getattr(next(iter(self._translators.values())), "batch_size", 1))
+
+    @property
     def max_length(self):
         """The longest source in tokens; longer ones are cut, with a warning."""
         return next(iter(self._translators.values())).max_length
