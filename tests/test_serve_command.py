@@ -19,6 +19,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("jax")
@@ -41,6 +45,12 @@ def _environment(cache):
     return {**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache)}
 
 
+# `keras-transformer` that says at exit whether it imported Keras (the compiled engine serves without it).
+_SAYS_WHETHER_KERAS_WAS_IMPORTED = (
+    "import sys\nfrom keras_transformer_cli import main\ncode = main(sys.argv[1:])\n"
+    "print('keras-transformer: keras imported:', 'keras' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
+
+
 class _Server:
     """A `keras-transformer serve` process: its address once ready, and its log."""
 
@@ -55,7 +65,7 @@ class _Server:
 @contextlib.contextmanager
 def _serving(trained_run, cache, *flags):
     """Starts `serve --port 0` on the trained run, waits until /readyz, yields a `_Server`; always reaped."""
-    command = [sys.executable, "-m", "keras_transformer_cli", "serve", "--model", f"es-en={trained_run}",
+    command = [sys.executable, "-c", _SAYS_WHETHER_KERAS_WAS_IMPORTED, "serve", "--model", f"es-en={trained_run}",
                "--port", "0", *flags]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env=_environment(cache))
@@ -142,6 +152,31 @@ def test_concurrent_callers_get_only_their_own_answers_in_their_own_order(server
     assert batches < requests_served  # some requests shared a batch
 
 
+_BODIES = st.one_of(
+    st.binary(max_size=300),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 10), st.text(max_size=40)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(
+                     st.sampled_from(["text", "model", "beam", "n_best", "alignments", "token_scores", "instances",
+                                      "inputs", "b64"]), inner, max_size=4)), max_leaves=10).map(
+        lambda value: json.dumps(value).encode()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_BODIES, path=st.sampled_from(["/v1/translate", "/v1/models/es-en:predict", "/v1/models/x:predict"]))
+def test_random_bodies_get_an_answer_or_a_4xx_and_the_server_stays_up(body, path, server):
+    answer = httpx.post(f"{server.url}{path}", content=body, timeout=REQUEST_TIMEOUT)
+    assert answer.status_code == 200 or 400 <= answer.status_code < 500, answer.text
+    assert "error" in answer.json() or answer.status_code == 200
+    assert server.process.poll() is None and httpx.get(f"{server.url}/healthz").status_code == 200
+
+
+def test_listening_beyond_loopback_without_a_token_is_refused_before_anything_loads(trained_run, cache):
+    result = subprocess.run([sys.executable, "-m", "keras_transformer_cli", "serve", "--model", str(trained_run),
+                             "--host", "0.0.0.0"], capture_output=True, text=True, timeout=REQUEST_TIMEOUT,
+                            env=_environment(cache))
+    assert result.returncode == 2 and "--token-file" in result.stderr and "listening" not in result.stderr
+
+
 def test_a_full_queue_gives_503_with_retry_after(trained_run, cache):
     # The idle decoder waits 2 s for company, holding the first request's 2 sentences: the queue is full.
     with _serving(trained_run, cache, "--max-queue-sentences", "2", "--max-texts", "2", "--batch-wait-ms",
@@ -158,7 +193,7 @@ def test_a_full_queue_gives_503_with_retry_after(trained_run, cache):
                            for answer in refused)
 
 
-def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(trained_run, cache):
+def test_sigterm_under_load_answers_every_accepted_request_and_exits_0_without_keras(trained_run, cache):
     with _serving(trained_run, cache) as running:
         statuses, stop = [], threading.Event()
 
@@ -191,6 +226,7 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(trained_r
                             running.log())
     assert code == 0, running.log()
     assert stopped, running.log()
+    assert "keras imported: False" in running.log()
     taken, answered, timed_out = map(int, stopped.groups())
     assert taken == answered == statuses.count(200) and timed_out == 0
     assert set(statuses) <= {200, 503, "not taken"}, statuses  # 503: "shutting down", never taken
