@@ -24,7 +24,7 @@ WRITE_TIMEOUT_SECONDS = 900
 
 
 def add_arguments(parser, positive_int, batch_size, engine_help, beam_width, no_repeat_ngram):
-    """The flags of `serve` (the type functions, help and defaults shared with `translate` come from the CLI's module)."""
+    """The flags of `serve`; the type functions, help and defaults it shares with `translate` come from the CLI."""
     parser.add_argument("--model", action="append", required=True, metavar="[NAME=]FOLDER",
                         help="a run folder to serve, named by its last part or NAME; repeat for several")
     parser.add_argument("--host", default="127.0.0.1",

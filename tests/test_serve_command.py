@@ -222,13 +222,13 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0_without_k
             for client in clients:
                 client.result(timeout=REQUEST_TIMEOUT)
         time.sleep(0.5)  # the log reader's last lines
-        stopped = re.search(r"stopped: (\d+) translation requests taken, (\d+) answered, (\d+) timed out",
-                            running.log())
+        stopped = re.search(r"stopped: (\d+) translation requests taken, (\d+) answered, (\d+) timed out, "
+                            r"(\d+) failed", running.log())
     assert code == 0, running.log()
     assert stopped, running.log()
     assert "keras imported: False" in running.log()
-    taken, answered, timed_out = map(int, stopped.groups())
-    assert taken == answered == statuses.count(200) and timed_out == 0
+    taken, answered, timed_out, failed = map(int, stopped.groups())
+    assert taken == answered == statuses.count(200) and timed_out == failed == 0
     assert set(statuses) <= {200, 503, "not taken"}, statuses  # 503: "shutting down", never taken
 
 
@@ -253,3 +253,18 @@ def test_the_load_benchmark_runs_in_miniature_and_reports_both_servers(trained_r
         ("batched", 1, 6, 0), ("batched", 3, 6, 0), ("one", 1, 6, 0), ("one", 3, 6, 0)]
     assert all(same == [6, 6] for same in results["same_as_offline"].values())
     assert "| offline, evaluate's program |" in (tmp_path / "results.md").read_text()
+
+
+def test_the_keras_engine_serves_the_compiled_engines_translations(server, trained_run, cache):
+    texts = SENTENCES[:4]
+    compiled = httpx.post(f"{server.url}/v1/translate", json={"text": texts, "n_best": 2}, timeout=REQUEST_TIMEOUT)
+    with _serving(trained_run, cache, "--engine", "keras") as running:
+        assert "on the Keras model (" in running.log()
+        keras_engine = httpx.post(f"{running.url}/v1/translate", json={"text": texts, "n_best": 2},
+                                  timeout=REQUEST_TIMEOUT)
+    assert keras_engine.status_code == 200, keras_engine.text
+    ours, theirs = keras_engine.json()["translations"], compiled.json()["translations"]
+    assert [[h["text"] for h in t["hypotheses"]] for t in ours] == [[h["text"] for h in t["hypotheses"]] for t in theirs]
+    for mine, other in zip(ours, theirs):
+        for a, b in zip(mine["hypotheses"], other["hypotheses"]):
+            assert abs(a["score"] - b["score"]) < 1e-3

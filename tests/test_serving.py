@@ -38,7 +38,7 @@ pytestmark = pytest.mark.backend_independent
 
 
 class _Reverser:
-    """A translator's surface (`n_best`, `tokenizer`, `max_length`): each sentence reversed; hypothesis k ends in k '!'."""
+    """A translator's surface (`n_best`, `tokenizer`, `max_length`): each sentence reversed, hypothesis k + k '!'."""
 
     max_length = 6
 
@@ -163,8 +163,8 @@ def test_an_error_in_a_batch_reaches_its_callers_and_the_batcher_goes_on():
 def test_the_server_answers_translate_jsonl_fields_cut_to_n_best_with_each_sentences_warnings():
     with _client({"es-en": _served(_Reverser())}) as client:
         _wait_ready(client)
-        response = client.post("/v1/translate", json={"text": ["hola amigo", "", "uno dos tres cuatro cinco seis siete"],
-                                                      "n_best": 2, "token_scores": True})
+        texts = ["hola amigo", "", "uno dos tres cuatro cinco seis siete"]
+        response = client.post("/v1/translate", json={"text": texts, "n_best": 2, "token_scores": True})
         assert response.status_code == 200, response.text
         answer = response.json()
     assert answer["model"] == "es-en"
@@ -341,3 +341,22 @@ def test_a_busy_batcher_takes_whole_engine_batches_and_leaves_the_rest_to_go_fir
     results, _ = _run_batcher(decode, [("s", [i]) for i in range(11)], max_wait_seconds=0.05, rows_multiple=4)
     assert results == [[i] for i in range(11)]
     assert batches == [list(range(8)), [8, 9, 10]]
+
+
+class _Failing(_Reverser):
+    def n_best(self, texts, n, alignments=False):
+        if "boom" in texts:
+            raise RuntimeError("engine\nfailed")
+        return super().n_best(texts, n, alignments)
+
+
+def test_an_engine_failure_is_a_one_line_500_logged_whole_and_the_server_goes_on():
+    lines = []
+    app = create_app({"es-en": _served(_Failing())}, ServerLimits(batch_wait_seconds=0), log=lines.append)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        _wait_ready(client)
+        failed = client.post("/v1/translate", json={"text": "boom"})
+        assert client.post("/v1/translate", json={"text": "fine"}).status_code == 200
+    assert failed.status_code == 500 and failed.json()["error"] == (
+        "the engine failed on this batch: RuntimeError: engine failed")
+    assert any("Traceback" in line and "RuntimeError" in line for line in lines)

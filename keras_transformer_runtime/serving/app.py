@@ -14,7 +14,8 @@ decoding thread for all of them, and answers:
 Every error is `{"error": "one line"}` with a 4xx or 5xx status: 400 for a
 request that is wrong, 401 without the token, 413 over the limits, 503
 while loading, draining or when the queue is full (with `Retry-After`),
-504 when a request waits longer than its timeout.
+504 when a request waits longer than its timeout, 500 only when the
+engine itself fails on a batch (the traceback goes to the log).
 """
 
 import asyncio
@@ -25,6 +26,7 @@ import hmac
 import sys
 import threading
 import time
+import traceback
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -82,6 +84,7 @@ class ServerState:
         self.accepted = 0  # translation requests taken into the queue
         self.answered = 0  # ... that got their translations
         self.timed_out = 0  # ... that got a 504 instead
+        self.failed = 0  # ... whose batch the engine failed (500, logged)
         # Called with the exception if loading a model fails (`run_server` stops: it would never be ready).
         self.on_load_failure = None
 
@@ -257,6 +260,11 @@ async def _translations(state, name, setting, texts):
     except asyncio.TimeoutError:
         state.timed_out += 1
         raise RequestError(504, f"not translated within {state.limits.timeout_seconds:g} s (serve --timeout)")
+    except Exception as error:  # a bug or the engine's failure: logged whole, answered in one line
+        state.failed += 1
+        state.log("error: a batch failed:\n" + "".join(traceback.format_exception(error)).rstrip())
+        raise RequestError(500, f"the engine failed on this batch: {type(error).__name__}: {str(error)[:200]}"
+                                .replace("\n", " "))
     state.answered += 1
     state.metrics.sentences.labels(model=name).inc(len(texts))
     return results

@@ -43,7 +43,7 @@ def _json(schema, description="OK"):
 def _errors(*codes):
     reasons = {400: "a request that is wrong (one-line reason)", 401: "no or a wrong bearer token",
                413: "a body or a list of sentences over the limits", 503: "loading, shutting down or too busy "
-               "(Retry-After)", 504: "not translated within the timeout"}
+               "(Retry-After)", 504: "not translated within the timeout", 500: "the engine failed on a batch (logged)"}
     return {str(code): _json(_ERROR, reasons[code]) for code in codes}
 
 
@@ -82,7 +82,7 @@ def openapi_document(model_names):
                 "requestBody": {"required": True, "content": {"application/json": {"schema": translate_body}}},
                 "responses": {"200": _json({"type": "object", "properties": {
                     "model": {"type": "string"}, "translations": {"type": "array", "items": _TRANSLATION}}}),
-                    **_errors(400, 401, 413, 503, 504)}}},
+                    **_errors(400, 401, 413, 500, 503, 504)}}},
             "/v1/models/{name}:predict": {"post": {
                 "summary": "TensorFlow Serving's REST predict: the exported SavedModel's signature, texts -> "
                            "translations (the default beam)",
@@ -91,13 +91,14 @@ def openapi_document(model_names):
                 "responses": {"200": _json({"type": "object", "properties": {
                     "predictions": {"type": "array", "items": {"type": "string"}},
                     "outputs": {"type": "array", "items": {"type": "string"}}}}),
-                    **_errors(400, 401, 413, 503, 504)}}},
+                    **_errors(400, 401, 413, 500, 503, 504)}}},
             "/v1/models": {"get": {"summary": "The models served, their engine and beam widths",
                                    "responses": {"200": _json({"type": "object"}), **_errors(401)}}},
             "/v1/models/{name}": {"get": {"summary": "TensorFlow Serving's model status",
                                           "parameters": name_parameter,
                                           "responses": {"200": _json({"type": "object"}), **_errors(400, 401)}}},
-            "/healthz": {"get": {"summary": "Alive (no token needed)", "responses": {"200": _json({"type": "object"})}}},
+            "/healthz": {"get": {"summary": "Alive (no token needed)",
+                                 "responses": {"200": _json({"type": "object"})}}},
             "/readyz": {"get": {"summary": "Models loaded and compiled, not shutting down (no token needed)",
                                 "responses": {"200": _json({"type": "object"}), **_errors(503)}}},
             "/metrics": {"get": {"summary": "Prometheus text format: requests, sentences, batch sizes, queue "

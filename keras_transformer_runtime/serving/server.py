@@ -111,5 +111,5 @@ def run_server(app, host, port, log):
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     log(f"stopped: {state.accepted} translation requests taken, {state.answered} answered, "
-        f"{state.timed_out} timed out")
+        f"{state.timed_out} timed out, {state.failed} failed")
     return 1 if state.load_error is not None else 0
