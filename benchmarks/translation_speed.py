@@ -8,7 +8,10 @@ For each beam width (1: greedy; 4: the default) and each loop (`default`:
 `jit_compile=True`), it translates `--sentences` sentences of `--split` and
 scores them (`evaluation.score_translations`), as the command line's
 `evaluate` does, twice: the first pass pays the compilations (`cold`), the
-second does not (`warm`). Each pass is timed end to end and, apart, its
+second does not (`warm`). `engine` is the compiled engine `translate` and
+`evaluate` run by default (`CompiledTranslator`: the decoding loop as a
+cached XLA program, run with JAX; a missing program is written first by a
+child `keras-transformer translate`). Each pass is timed end to end and, apart, its
 translating alone (the scores take about 0.35 s of it). For the `Translator`
 loops the warm pass also counts the row-steps a batch ran after a row had
 ended (each batch runs until its longest output ends).
@@ -35,8 +38,10 @@ import time
 
 import numpy as np
 
-LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "ctranslate2": {}, "ctranslate2-int8": {},
+LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "ctranslate2": {}, "ctranslate2-int8": {},
          "savedmodel": {}, "keras-int8": {}, "keras-int4": {}}
+# The loops that count row-steps (they decode through `_decode`).
+ROW_STEP_LOOPS = ("default", "compiled", "engine", "keras-int8", "keras-int4")
 SAVEDMODEL_BATCH = 64
 
 
@@ -128,6 +133,13 @@ def _export_folder():
 def _translator(args, loop, beam, batch_size=None):
     """The translator of a loop, exporting the model the first time a loop needs it."""
     sized = {} if batch_size is None else {"batch_size": batch_size}
+    if loop == "engine":
+        from keras_transformer_cli.serve import write_program_in_a_child
+        from keras_transformer_runtime.compiled_translator import load_compiled_translator
+        from keras_transformer_runtime.program_cache import ProgramCache
+
+        return load_compiled_translator(args.model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
+                                        **sized)
     if loop in ("default", "compiled", "keras-int8", "keras-int4"):
         from keras_transformer.translator import Translator
 
@@ -169,7 +181,7 @@ def measure(args, log=print):
         translator = _translator(args, loop, beam, batch_size)
         seconds, bleu, row_steps = [], None, None
         for run in ("cold", "warm"):
-            if run == "warm" and loop in ("default", "compiled", "keras-int8", "keras-int4"):
+            if run == "warm" and loop in ROW_STEP_LOOPS:
                 row_steps = RowSteps(translator)
             start = time.perf_counter()
             translations = translator(sources)
@@ -195,25 +207,34 @@ def markdown(rows):
 
     Example:
 
-    >>> print(markdown([dict(backend="jax", label="after", beam=4, loop="default", sentences=10, cold_seconds=3.0,
-    ...                      warm_seconds=1.0, warm_sentences_per_second=10.0, translating_sentences_per_second=12.5,
-    ...                      bleu=1.0)]))
-    | backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s | translating only | row-steps after the end | BLEU |
-    |---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|
-    | jax | after | 4 | default | 64 | 10 | 3.0 | 1.0 | 10.0 | 12.5 | — | 1.00 |
+    The last column divides a row's sentences/s by those of the
+    `ctranslate2` row (float32) of the same beam, backend and code, when
+    the run measured one: the ratio of issue 55, in one command.
+
+    >>> row = dict(backend="jax", label="after", beam=4, loop="default", sentences=10, cold_seconds=3.0,
+    ...            warm_seconds=1.0, warm_sentences_per_second=10.0, translating_sentences_per_second=12.5, bleu=1.0)
+    >>> print(markdown([row, {**row, "loop": "ctranslate2", "warm_sentences_per_second": 40.0}]))
+    | backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s | translating only | row-steps after the end | BLEU | vs CTranslate2 |
+    |---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+    | jax | after | 4 | default | 64 | 10 | 3.0 | 1.0 | 10.0 | 12.5 | — | 1.00 | 0.25x |
+    | jax | after | 4 | ctranslate2 | 64 | 10 | 3.0 | 1.0 | 40.0 | 12.5 | — | 1.00 | 1.00x |
     <BLANKLINE>
     """
     lines = ["| backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s "
-             "| translating only | row-steps after the end | BLEU |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| translating only | row-steps after the end | BLEU | vs CTranslate2 |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ctranslate2 = {(r["backend"], r["label"], r["beam"]): r["warm_sentences_per_second"]
+                   for r in rows if r["loop"] == "ctranslate2"}
     for r in rows:
         # Rows written before the batch column decoded 64 sentences at a time;
         # before the translating column, only passes end to end were timed.
+        reference = ctranslate2.get((r["backend"], r["label"], r["beam"]))
+        ratio = f"{r['warm_sentences_per_second'] / reference:.2f}x" if reference else "—"
         lines.append(f"| {r['backend']} | {r['label']} | {r['beam']} | {r['loop']} | {r.get('batch') or 64} | "
                      f"{r['sentences']} | "
                      f"{r['cold_seconds']} | {r['warm_seconds']} | {r['warm_sentences_per_second']} | "
                      f"{r.get('translating_sentences_per_second', '—')} | {_percent(r.get('row_steps_after_end'))} | "
-                     f"{r['bleu']:.2f} |")
+                     f"{r['bleu']:.2f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

@@ -126,23 +126,29 @@ def _compiled_loader(args):
     def load(run_directory, setting, weights_of):
         return load_compiled_translator(run_directory, cache, beam_width=setting.beam,
                                         no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
-                                        write=_write_in_a_child, n_best=setting.beam,
+                                        write=write_program_in_a_child, n_best=setting.beam,
                                         cross_attention=setting.alignments, weights_of=weights_of)
 
     return load, f"compiled engine ({engine})"
 
 
-def _write_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size, n_best,
-                      cross_attention):
-    """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras."""
+def write_program_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size,
+                             n_best=None, cross_attention=False):
+    """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras.
+
+    The `write` of `load_compiled_translator`, for a process that serves
+    (or measures) without Keras, or whose Keras runs another backend. The
+    length penalty is `translate`'s, the only one it writes.
+    """
     from keras_transformer_runtime.errors import UserInputError
 
     print(f"keras-transformer: compiling the decoding program of beam {beam_width}"
           f"{' with alignments' if cross_attention else ''} into the cache (once per model and setting)",
           file=sys.stderr, flush=True)
-    command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", run_directory,
+    scored = ["--n-best", str(n_best), "--format", "jsonl"] if n_best else []
+    command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
                "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
-               "--n-best", str(n_best), "--format", "jsonl", *(["--alignments"] if cross_attention else []), ""]
+               *scored, *(["--alignments"] if cross_attention else []), ""]
     # The child finds the same cache: ProgramCache() reads the same environment.
     result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
     if result.returncode != 0:

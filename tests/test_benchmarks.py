@@ -485,3 +485,20 @@ def test_translation_speed_times_translating_apart_and_counts_the_steps_after_th
     assert row["batch"] == 2 and 0 <= row["row_steps_after_end"] < 1
     assert "| row-steps after the end |" in (tmp_path / "results.md").read_text()
     assert doctest.testmod(translation_speed).failed == 0
+
+
+@pytest.mark.end_to_end
+def test_translation_speed_measures_the_compiled_engine_against_ctranslate2_in_one_command(trained_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("jax")
+    from benchmarks import translation_speed
+
+    rows = translation_speed.main(["--model", str(trained_run), "--sentences", "6", "--beams", "1", "--loops",
+                                   "engine", "ctranslate2", "--out", str(tmp_path)])
+    engine, ctranslate2 = rows
+    assert (engine["loop"], ctranslate2["loop"]) == ("engine", "ctranslate2")
+    assert engine["bleu"] == ctranslate2["bleu"]  # the same greedy translations, scored the same
+    assert 0 <= engine["row_steps_after_end"] < 1
+    table = (tmp_path / "results.md").read_text()
+    ratio = engine["warm_sentences_per_second"] / ctranslate2["warm_sentences_per_second"]
+    assert f"| {ratio:.2f}x |" in table and "| 1.00x |" in table
