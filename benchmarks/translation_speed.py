@@ -207,29 +207,30 @@ def markdown(rows):
 
     Example:
 
-    The last column divides a row's sentences/s by those of the
-    `ctranslate2` row (float32) of the same beam, backend and code, when
-    the run measured one: the ratio of issue 55, in one command.
+    The last column divides a row's translating-only sentences/s
+    (tokenizing included, scoring not) by those of the `ctranslate2` row
+    (float32) of the same beam, backend and code, when the run measured
+    one: the ratio of issue 55, in one command.
 
     >>> row = dict(backend="jax", label="after", beam=4, loop="default", sentences=10, cold_seconds=3.0,
     ...            warm_seconds=1.0, warm_sentences_per_second=10.0, translating_sentences_per_second=12.5, bleu=1.0)
-    >>> print(markdown([row, {**row, "loop": "ctranslate2", "warm_sentences_per_second": 40.0}]))
+    >>> print(markdown([row, {**row, "loop": "ctranslate2", "translating_sentences_per_second": 50.0}]))
     | backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s | translating only | row-steps after the end | BLEU | vs CTranslate2 |
     |---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
     | jax | after | 4 | default | 64 | 10 | 3.0 | 1.0 | 10.0 | 12.5 | — | 1.00 | 0.25x |
-    | jax | after | 4 | ctranslate2 | 64 | 10 | 3.0 | 1.0 | 40.0 | 12.5 | — | 1.00 | 1.00x |
+    | jax | after | 4 | ctranslate2 | 64 | 10 | 3.0 | 1.0 | 10.0 | 50.0 | — | 1.00 | 1.00x |
     <BLANKLINE>
     """
     lines = ["| backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s "
              "| translating only | row-steps after the end | BLEU | vs CTranslate2 |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    ctranslate2 = {(r["backend"], r["label"], r["beam"]): r["warm_sentences_per_second"]
+    ctranslate2 = {(r["backend"], r["label"], r["beam"]): r.get("translating_sentences_per_second")
                    for r in rows if r["loop"] == "ctranslate2"}
     for r in rows:
         # Rows written before the batch column decoded 64 sentences at a time;
         # before the translating column, only passes end to end were timed.
         reference = ctranslate2.get((r["backend"], r["label"], r["beam"]))
-        ratio = f"{r['warm_sentences_per_second'] / reference:.2f}x" if reference else "—"
+        ratio = f"{r['translating_sentences_per_second'] / reference:.2f}x" if reference else "—"
         lines.append(f"| {r['backend']} | {r['label']} | {r['beam']} | {r['loop']} | {r.get('batch') or 64} | "
                      f"{r['sentences']} | "
                      f"{r['cold_seconds']} | {r['warm_seconds']} | {r['warm_sentences_per_second']} | "
