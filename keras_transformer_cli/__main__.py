@@ -2,6 +2,6 @@
 
 import sys
 
-from keras_transformer_cli import main
+from keras_transformer_cli.console import console_main
 
-sys.exit(main())
+sys.exit(console_main())

@@ -210,3 +210,19 @@ def test_export_refuses_a_folder_that_holds_files_or_the_run_itself(export_forma
         assert refused.value.code == 2
         assert expected in capsys.readouterr().err
     assert (taken / "keep.txt").read_text() == "mine" and run.exists()
+
+
+@pytest.mark.backend_independent
+def test_translate_ends_its_process_once_flushed_and_the_other_verbs_return_their_status(monkeypatch):
+    from keras_transformer_cli import console
+
+    exits = []
+    monkeypatch.setattr(console, "main", lambda argv: 1)
+    monkeypatch.setattr(console.os, "_exit", exits.append)
+    assert console.console_main(["evaluate", "--model", "runs/x"]) == 1 and exits == []
+    console.console_main(["--verbose", "translate", "--model", "runs/x", "Hola."])
+    assert exits == [1]
+    from importlib.metadata import entry_points
+
+    (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "keras-transformer"]
+    assert script.value == "keras_transformer_cli.console:console_main"
