@@ -238,10 +238,9 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
     program, weights, settings = loaded
     with phase("load"):
         if weights_of is not None:
-            return CompiledTranslator(program, weights_of._weights, weights_of.tokenizer, settings["max_length"],
-                                      batch_size=batch_size, beam_width=beam_width, n_best=n_best,
-                                      cross_attention=setting["cross_attention"])
-        tokenizer = load_run_tokenizer(run_directory)
+            weights, tokenizer = weights_of._weights, weights_of.tokenizer
+        else:
+            tokenizer = load_run_tokenizer(run_directory)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"])
 
