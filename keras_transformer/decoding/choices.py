@@ -12,6 +12,7 @@ import dataclasses
 
 from keras import ops
 
+from keras_transformer.decoding.top_k import top_k_by_chunks
 from keras_transformer_runtime.special_tokens import PAD_ID
 
 
@@ -115,8 +116,7 @@ class BeamChoice:
         only_padding = ops.where(ops.equal(ops.arange(vocabulary), PAD_ID), 0.0, float("-inf"))
         log_probs = ops.where(finished[:, None], only_padding[None, :], log_probs)
         candidates = ops.reshape(scores[:, None] + log_probs, (-1, self.width * vocabulary))
-        top_scores, top = ops.top_k(candidates, self.width)
-        top = ops.cast(top, "int32")
+        top_scores, top = top_k_by_chunks(candidates, self.width)
         groups = ops.shape(candidates)[0]
         group_start = ops.arange(groups, dtype="int32")[:, None] * self.width
         parents = ops.reshape(group_start + ops.floor_divide(top, vocabulary), (-1,))
