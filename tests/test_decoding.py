@@ -1,6 +1,9 @@
 import keras
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 import keras_transformer as kt
 from keras_transformer_runtime.special_tokens import END_ID
@@ -274,3 +277,30 @@ def test_first_max_index_is_argmax_with_ties_to_the_lowest_index():
     ours = keras.ops.convert_to_numpy(first_max_index(keras.ops.convert_to_tensor(logits)))
     np.testing.assert_array_equal(ours, np.argmax(logits, axis=-1))
     assert ours[3] == 7 and ours[5] == 0
+
+
+def _stable_top_k(values, k):
+    """NumPy's top k of each row: largest first, ties to the lower index."""
+    order = np.argsort(-values, axis=-1, kind="stable")[:, :k]
+    return np.take_along_axis(values, order, axis=-1), order
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 5), n=st.integers(1, 700), k=st.integers(1, 5), chunk=st.sampled_from([4, 8, 32]),
+       levels=st.integers(1, 6), seed=st.integers(0, 2**16), dead=st.floats(0.0, 1.0))
+def test_top_k_by_chunks_is_top_k_with_ties_to_the_lower_index(rows, n, k, chunk, levels, seed, dead):
+    from keras_transformer.decoding.top_k import top_k_by_chunks
+
+    k = min(k, n)
+    rng = np.random.default_rng(seed)
+    # Few distinct values, so ties within and across chunks are common; some -inf (dead hypotheses).
+    values = rng.integers(0, levels, size=(rows, n)).astype("float32")
+    values[rng.random((rows, n)) < dead] = -np.inf
+    top, indices = (keras.ops.convert_to_numpy(t) for t in top_k_by_chunks(keras.ops.convert_to_tensor(values),
+                                                                           k, chunk=chunk))
+    expected_top, expected_indices = _stable_top_k(values, k)
+    np.testing.assert_array_equal(top, expected_top)
+    assert indices.dtype == np.int32
+    np.testing.assert_array_equal(np.take_along_axis(values, indices, axis=-1), expected_top)
+    if keras.backend.backend() != "torch":  # torch.topk promises no order among ties
+        np.testing.assert_array_equal(indices, expected_indices)
