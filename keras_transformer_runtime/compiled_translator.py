@@ -18,9 +18,12 @@ from the same code, so it gives the same tokens for the same batches.
 import io
 import json
 import os
+import threading
 
 import numpy as np
 
+from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
+from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
@@ -104,10 +107,13 @@ class CompiledTranslator(TextTranslator):
         beam_width: int, the program's beam width.
         n_best: None, or the hypotheses per source of an n-best program.
         cross_attention: bool, whether that program returns the cross-attention.
+        parallel_batches: `"auto"` (one a core on a CPU, 1 on a GPU or TPU)
+            or an int: batches decoded at a time, each on its own thread
+            (`batch_threads`). The tokens do not depend on it.
     """
 
     def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
-                 cross_attention=False):
+                 cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES):
         import jax
 
         self.program = program
@@ -117,19 +123,24 @@ class CompiledTranslator(TextTranslator):
         self.max_length = int(max_length)
         self.bucketed = True
         self.batch_size = resolve_batch_size(batch_size, True, lambda: jax.default_backend() != "cpu")
+        self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: jax.default_backend() != "cpu")
         self.beam_width = int(beam_width)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}
+        self._compiling = threading.Lock()
 
     def _program_for(self, shape):
         compiled = self._compiled.get(shape)
-        if compiled is None:  # once per batch shape: XLA, or its code from the cache
-            import jax
+        if compiled is None:
+            with self._compiling:  # once per batch shape, whichever thread asks first
+                compiled = self._compiled.get(shape)
+                if compiled is None:  # XLA, or its code from the cache
+                    import jax
 
-            with phase("compile"):
-                source = jax.ShapeDtypeStruct(shape, np.int32)
-                compiled = self._compiled[shape] = self._run.lower(self._weights, source).compile()
+                    with phase("compile"):
+                        source = jax.ShapeDtypeStruct(shape, np.int32)
+                        compiled = self._compiled[shape] = self._run.lower(self._weights, source).compile()
         return compiled
 
     def _outputs(self, source):
@@ -187,7 +198,7 @@ def _require_run_files(run_directory):
 
 def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=DEFAULT_LENGTH_PENALTY,
                              no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
-                             cross_attention=False, weights_of=None):
+                             cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
@@ -197,6 +208,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         n_best, cross_attention: the program of an n-best list (and its
             cross-attention) instead of a plain translation's
             (`CompiledTranslator`).
+        parallel_batches: as `CompiledTranslator`'s.
         weights_of: None, or a `CompiledTranslator` of the same run whose
             weights (already on the device) the new one shares: a server
             holding several settings of one model keeps one copy.
@@ -242,7 +254,8 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         else:
             tokenizer = load_run_tokenizer(run_directory)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
-                                  beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"])
+                                  beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"],
+                                  parallel_batches=parallel_batches)
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,

@@ -17,6 +17,7 @@ from keras_transformer_runtime.alignment import ALIGNMENT_LAYER
 from keras_transformer_runtime.alignment import alignment_links
 from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
+from keras_transformer_runtime.batch_threads import in_order
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
@@ -65,7 +66,10 @@ class TextTranslator:
     (whether batches are padded into a few shapes, for a compiled engine)
     and defines `_decode(source) -> generated`: int `(rows, width)` source
     ids padded with 0 in, int `(rows, steps)` generated ids out, each row
-    ending with `END_ID` or running to the end.
+    ending with `END_ID` or running to the end. A subclass whose `_decode`
+    is safe to call from several threads may set `parallel_batches` above
+    1: that many batches are then decoded at a time
+    (`batch_threads.in_order`).
 
     Example (an engine that answers every sentence with its own tokens):
 
@@ -84,6 +88,7 @@ class TextTranslator:
     """
 
     _character_is_known = None
+    parallel_batches = 1
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -278,10 +283,13 @@ class TextTranslator:
             todo.sort(key=lambda i: len(ids[i]))
             # Several batches: each as many rows as the first, one shape fewer to compile.
             rows = self.batch_size if len(todo) > self.batch_size else None
-            for start in range(0, len(todo), self.batch_size):
-                batch = todo[start : start + self.batch_size]
-                for i, output in zip(batch, translate_batch(self._padded_batch([ids[i] for i in batch], rows),
-                                                            len(batch))):
+            batches = [todo[start : start + self.batch_size] for start in range(0, len(todo), self.batch_size)]
+
+            def translate(batch):
+                return translate_batch(self._padded_batch([ids[i] for i in batch], rows), len(batch))
+
+            for batch, translated in zip(batches, in_order(translate, batches, self.parallel_batches)):
+                for i, output in zip(batch, translated):
                     outputs[i] = output
                 if progress is not None:
                     progress(len(batch))

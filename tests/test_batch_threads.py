@@ -1,0 +1,111 @@
+"""Batches decoded on several threads (`keras_transformer_runtime.batch_threads`): order, errors, no stray threads."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from keras_transformer_runtime.batch_threads import in_order
+from keras_transformer_runtime.batch_threads import resolve_parallel_batches
+from keras_transformer_runtime.text_translator import TextTranslator
+
+pytestmark = pytest.mark.backend_independent
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
+    from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
+
+    return SentencePieceTokenizer(train_tokenizer(["Sea la luz.", "Y fue la luz.", "Y la tierra era."] * 5,
+                                                  vocabulary_size=20))
+
+
+def _decode_threads():
+    return [thread for thread in threading.enumerate() if thread.name.startswith("decode")]
+
+
+def test_results_come_back_in_the_order_of_the_items_whatever_finishes_first():
+    def slow_first(item):
+        time.sleep(0.05 if item == 0 else 0.0)
+        return item * 10
+
+    assert list(in_order(slow_first, list(range(9)), threads=3)) == [i * 10 for i in range(9)]
+
+
+def test_calls_overlap_on_several_threads_and_never_exceed_the_limit():
+    running, most, lock = [0], [0], threading.Lock()
+
+    def call(item):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return item
+
+    assert list(in_order(call, list(range(12)), threads=3)) == list(range(12))
+    assert most[0] == 3
+
+
+def test_an_error_is_raised_at_its_item_and_the_calls_not_started_are_cancelled():
+    started = []
+
+    def call(item):
+        started.append(item)
+        time.sleep(0.01)
+        if item == 2:
+            raise ValueError("bad batch")
+        return item
+
+    results = in_order(call, list(range(50)), threads=2)
+    assert [next(results), next(results)] == [0, 1]
+    with pytest.raises(ValueError, match="bad batch"):
+        next(results)
+    assert len(started) < 50
+    assert not _decode_threads()
+
+
+def test_a_caller_that_stops_reading_leaves_no_thread_behind():
+    results = in_order(lambda item: time.sleep(0.01) or item, list(range(40)), threads=2)
+    assert next(results) == 0
+    results.close()
+    assert not _decode_threads()
+
+
+def test_one_thread_calls_in_this_thread():
+    assert list(in_order(lambda item: threading.current_thread().name, [1, 2], threads=1)) == ["MainThread"] * 2
+
+
+def test_parallel_batches_must_be_auto_or_a_positive_int():
+    assert resolve_parallel_batches("auto", lambda: False) >= 1
+    assert resolve_parallel_batches("auto", lambda: True) == 1
+    for bad in (0, -1, 2.0, True, "two"):
+        with pytest.raises(ValueError, match="parallel_batches"):
+            resolve_parallel_batches(bad, lambda: False)
+
+
+class _Reverse(TextTranslator):
+    """An engine that answers each sentence with its pieces reversed, slower for short batches."""
+
+    def __init__(self, tokenizer, parallel_batches):
+        self.tokenizer, self.max_length, self.batch_size, self.bucketed = tokenizer, 32, 2, False
+        self.parallel_batches = parallel_batches
+        self.threads = set()
+
+    def _decode(self, source):
+        self.threads.add(threading.current_thread().name)
+        time.sleep(0.002 * (32 - int((source > 0).sum())) / 32)
+        width = source.shape[1]
+        return np.stack([np.concatenate([row[row > 0][::-1], np.zeros(width, "int32")])[:width] for row in source])
+
+
+def test_a_translator_gives_the_same_translations_and_progress_on_several_threads(tiny_tokenizer):
+    texts = ["Sea la luz.", "", "Y fue la luz.", "la luz", "Sea", "Y la tierra", "luz luz", "la"]
+    one, two = _Reverse(tiny_tokenizer, 1), _Reverse(tiny_tokenizer, 2)
+    counts_one, counts_two = [], []
+    assert one(texts, progress=counts_one.append) == two(texts, progress=counts_two.append)
+    assert counts_one == counts_two and sum(counts_two) == len(texts)
+    assert one.threads == {"MainThread"} and len(two.threads) == 2
