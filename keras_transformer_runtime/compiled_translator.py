@@ -15,6 +15,7 @@ The program is the one `Translator` compiles on the JAX backend, traced
 from the same code, so it gives the same tokens for the same batches.
 """
 
+import contextlib
 import io
 import json
 import os
@@ -86,6 +87,40 @@ def use_compilation_cache(cache):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+@contextlib.contextmanager
+def lapack_setup_skipped(program):
+    """Inside, JAX lowers `program` without first setting up its LAPACK kernels, unless the program calls LAPACK.
+
+    Before lowering an exported program for a CPU, JAX (0.10) sets up the
+    LAPACK kernels its linear-algebra operations call, which imports
+    `scipy.linalg`: 0.12 s of a one-sentence `translate` on a 2-core CPU
+    (docs/translating.md, "Speed"). A decoding program has no such
+    operation (matrix products are XLA's own), so for it the set-up is
+    skipped; a program whose module names one of JAX's LAPACK kernels gets
+    it, and so does every program under a JAX that sets up otherwise.
+
+    Args:
+        program: a `jax.export.Exported`.
+    """
+    try:
+        from jax._src.export import _export
+        from jax._src.lib import lapack
+
+        kernels = [name.encode() for name in lapack._lapack.registrations()]
+    except (ImportError, AttributeError):
+        kernels = None
+    setup = getattr(_export, "_ensure_backends_initialized", None) if kernels else None
+    module = bytes(program.mlir_module_serialized)
+    if setup is None or any(kernel in module for kernel in kernels):
+        yield
+        return
+    _export._ensure_backends_initialized = lambda platforms: None
+    try:
+        yield
+    finally:
+        _export._ensure_backends_initialized = setup
+
+
 class CompiledTranslator(TextTranslator):
     """Translates strings with an exported decoding program (`jax.export`), no Keras.
 
@@ -138,7 +173,7 @@ class CompiledTranslator(TextTranslator):
                 if compiled is None:  # XLA, or its code from the cache
                     import jax
 
-                    with phase("compile"):
+                    with phase("compile"), lapack_setup_skipped(self.program):
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         compiled = self._compiled[shape] = self._run.lower(self._weights, source).compile()
         return compiled

@@ -66,15 +66,17 @@ def warm_cache(trained_run, tmp_path_factory):
 def test_a_second_process_translates_from_the_cache_without_importing_keras_or_compiling(trained_run, warm_cache):
     cache, first_translations = warm_cache
     before = _files(cache)
+    # Nor scipy.linalg, which JAX imports to set up LAPACK for programs that call it (ours does not).
     script = ("import sys\nfrom keras_transformer_cli import main\ncode = main(sys.argv[1:])\n"
-              "print('keras imported:', 'keras' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
+              "print('keras imported:', 'keras' in sys.modules, file=sys.stderr)\n"
+              "print('scipy.linalg imported:', 'scipy.linalg' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
     second = _run([sys.executable, "-c", script, "--verbose", "translate", "--model", str(trained_run), *SENTENCES],
                   cache)
     stderr = second.stderr.decode()
     assert second.returncode == 0, stderr[-3000:]
     assert second.stdout.decode().splitlines() == first_translations
     assert "translation program: from the cache" in stderr
-    assert "keras imported: False" in stderr
+    assert "keras imported: False" in stderr and "scipy.linalg imported: False" in stderr
     assert _files(cache) == before  # no program written, no XLA code compiled anew
     assert "time: start" in stderr and " compile " in stderr
 
@@ -291,3 +293,29 @@ def test_a_cache_folder_that_cannot_be_written_falls_back_to_the_keras_model_wit
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert len(result.stdout.decode().splitlines()) == 1
     assert b"cannot be used" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_the_lapack_set_up_is_skipped_only_for_a_program_that_calls_no_lapack():
+    from jax import export
+    from jax._src.export import _export
+
+    from keras_transformer_runtime.compiled_translator import lapack_setup_skipped
+
+    calls = []
+    original = _export._ensure_backends_initialized
+
+    def recorder(platforms):
+        calls.append(platforms)
+
+    _export._ensure_backends_initialized = recorder
+    try:
+        for function, expected in ((lambda a: a @ a + 1.0, 0), (lambda a: jax.numpy.linalg.inv(a), 1)):
+            program = export.export(jax.jit(function))(jax.ShapeDtypeStruct((3, 3), "float32"))
+            calls.clear()
+            with lapack_setup_skipped(program):
+                result = jax.jit(program.call)(np.eye(3, dtype="float32") * 2.0)
+            assert len(calls) == expected
+            np.testing.assert_allclose(np.asarray(result), np.asarray(function(np.eye(3, dtype="float32") * 2.0)))
+        assert _export._ensure_backends_initialized is recorder  # put back as it was
+    finally:
+        _export._ensure_backends_initialized = original
