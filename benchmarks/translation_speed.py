@@ -19,8 +19,10 @@ The loops `default` and `compiled` use only what every version of the
 package has, so the same command run on an older checkout (`PYTHONPATH`)
 measures "before" on the same machine, model and sentences. The others
 export the model first, into a temporary folder: `ctranslate2` and `ctranslate2-int8`
-decode with `CTranslate2Translator` (float32 weights; int8 computation) on
-as many threads as the machine has cores; `savedmodel` calls the exported
+decode with `CTranslate2Translator` (float32 weights; int8 computation) one
+batch at a time on as many threads as the machine has cores;
+`ctranslate2-parallel` (float32) one batch a core, one thread each, as the
+engine does (`parallel_batches`); `savedmodel` calls the exported
 SavedModel's signature in batches of 64, in the split's order, as a server
 would (greedy only: the signature's search); `keras-int8` and `keras-int4`
 are the default loop on the model after Keras' `model.quantize(mode)`
@@ -39,6 +41,7 @@ import time
 import numpy as np
 
 LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "ctranslate2": {}, "ctranslate2-int8": {},
+         "ctranslate2-parallel": {},
          "savedmodel": {}, "keras-int8": {}, "keras-int4": {}}
 # The loops that count row-steps (they decode through `_decode`).
 ROW_STEP_LOOPS = ("default", "compiled", "engine", "keras-int8", "keras-int4")
@@ -161,8 +164,10 @@ def _translator(args, loop, beam, batch_size=None):
     if not os.path.isdir(path):
         export_ctranslate2(args.model, path)
     options = {} if args.ctranslate2_length_penalty is None else {"length_penalty": args.ctranslate2_length_penalty}
+    threads = dict(intra_threads=1, parallel_batches="auto") if loop.endswith("parallel") else \
+        dict(intra_threads=os.cpu_count())
     return CTranslate2Translator(path, beam_width=beam, compute_type="int8" if loop.endswith("int8") else "default",
-                                 intra_threads=os.cpu_count(), **options, **sized)
+                                 **threads, **options, **sized)
 
 
 def measure(args, log=print):
@@ -208,9 +213,10 @@ def markdown(rows):
     Example:
 
     The last column divides a row's translating-only sentences/s
-    (tokenizing included, scoring not) by those of the `ctranslate2` row
-    (float32) of the same beam, backend and code, when the run measured
-    one: the ratio of issue 55, in one command.
+    (tokenizing included, scoring not) by those of the faster float32
+    CTranslate2 row (`ctranslate2` or `ctranslate2-parallel`) of the same
+    beam, backend and code, when the run measured one: the ratio of issue
+    55, in one command.
 
     >>> row = dict(backend="jax", label="after", beam=4, loop="default", sentences=10, cold_seconds=3.0,
     ...            warm_seconds=1.0, warm_sentences_per_second=10.0, translating_sentences_per_second=12.5, bleu=1.0)
@@ -224,8 +230,11 @@ def markdown(rows):
     lines = ["| backend | code | beam | loop | batch | sentences | first pass s | second pass s | sentences/s "
              "| translating only | row-steps after the end | BLEU | vs CTranslate2 |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    ctranslate2 = {(r["backend"], r["label"], r["beam"]): r.get("translating_sentences_per_second")
-                   for r in rows if r["loop"] == "ctranslate2"}
+    ctranslate2 = {}
+    for r in rows:
+        if r["loop"] in ("ctranslate2", "ctranslate2-parallel"):
+            key = (r["backend"], r["label"], r["beam"])
+            ctranslate2[key] = max(ctranslate2.get(key) or 0, r.get("translating_sentences_per_second") or 0) or None
     for r in rows:
         # Rows written before the batch column decoded 64 sentences at a time;
         # before the translating column, only passes end to end were timed.

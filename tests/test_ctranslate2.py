@@ -110,6 +110,9 @@ def test_the_cli_exports_a_trained_run_that_translates_in_beams_and_in_int8(trai
     assert CTranslate2Translator(out, beam_width=1)(sources) == expected
     beams = CTranslate2Translator(out, beam_width=4)(sources)
     assert len(beams) == len(sources) and all(isinstance(text, str) for text in beams) and beams[-1] == ""
+    # Batches of 8 side by side, one CTranslate2 worker each: the same translations.
+    side_by_side = CTranslate2Translator(out, beam_width=4, batch_size=8, intra_threads=1, parallel_batches=2)
+    assert side_by_side.translator.num_translators == 2 and side_by_side(sources) == beams
     int8 = str(tmp_path / "ct2-int8")
     main(["export", "--model", str(trained_run), "--out", int8, "--format", "ctranslate2", "--quantization", "int8"])
     assert os.path.getsize(os.path.join(int8, "model.bin")) < 0.5 * os.path.getsize(os.path.join(out, "model.bin"))
