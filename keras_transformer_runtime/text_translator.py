@@ -89,6 +89,9 @@ class TextTranslator:
 
     _character_is_known = None
     parallel_batches = 1
+    # A lone sentence is padded like a batch of a few (one shape fewer to compile);
+    # an engine whose compiled shapes outlive the process may give it one row.
+    lone_sentence_rows = SMALLEST_BATCH
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -117,13 +120,13 @@ class TextTranslator:
         smaller batch is filled up to its others') or else to 8, 16, 32,
         ... (at most `batch_size`), by repeating the first row, whose
         extra translations are dropped: a fully padded row would be a
-        fully masked one.
+        fully masked one. A lone sentence gets `lone_sentence_rows` rows.
         """
         width = max(1, max(len(row) for row in ids))
         rows = len(ids)
         if self.bucketed:
             width = min(self.max_length, next_bucket(width, SOURCE_BUCKET))
-            rows = min(next_bucket(rows, SMALLEST_BATCH), self.batch_size)
+            rows = self.lone_sentence_rows if rows == 1 else min(next_bucket(rows, SMALLEST_BATCH), self.batch_size)
             rows = max(len(ids), batch_rows or rows)
         batch = np.zeros((rows, width), "int32")
         for i in range(rows):
@@ -145,7 +148,8 @@ class TextTranslator:
         >>> translator.batch_shapes()
         [(8, 32), (8, 64), (8, 100), (16, 32), (16, 64), (16, 100)]
         """
-        rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(1, self.batch_size + 1)}
+        rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(2, self.batch_size + 1)}
+        rows.add(self.lone_sentence_rows)
         widths = {min(self.max_length, next_bucket(size, SOURCE_BUCKET)) for size in range(1, self.max_length + 1)}
         return [(row, width) for row in sorted(rows) for width in sorted(widths)]
 

@@ -319,3 +319,17 @@ def test_the_lapack_set_up_is_skipped_only_for_a_program_that_calls_no_lapack():
         assert _export._ensure_backends_initialized is recorder  # put back as it was
     finally:
         _export._ensure_backends_initialized = original
+
+
+def test_a_lone_sentence_decodes_in_one_row_as_it_would_in_a_batch(trained_run, warm_cache):
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+
+    cache, first_translations = warm_cache
+    translator = load_compiled_translator(str(trained_run), ProgramCache(cache / "keras-transformer"), beam_width=4)
+    shapes = []
+    outputs = translator._outputs
+    translator._outputs = lambda source: shapes.append(source.shape) or outputs(source)
+    alone = [translator(sentence) for sentence in SENTENCES]
+    assert [rows for rows, _ in shapes] == [1, 1]
+    assert translator(SENTENCES) == alone == first_translations
+    assert shapes[-1][0] == 8 and (1, shapes[0][1]) in translator.batch_shapes()
