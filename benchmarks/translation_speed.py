@@ -8,7 +8,7 @@ For each beam width (1: greedy; 4: the default) and each loop (`default`:
 `jit_compile=True`), it translates `--sentences` sentences of `--split` and
 scores them (`evaluation.score_translations`), as the command line's
 `evaluate` does, twice: the first pass pays the compilations (`cold`), the
-second does not (`warm`). `engine` is the compiled engine `translate` and
+second does not (`warm`; with `--warm-passes N`, N passes and their median). `engine` is the compiled engine `translate` and
 `evaluate` run by default (`CompiledTranslator`: the decoding loop as a
 cached XLA program, run with JAX; a missing program is written first by a
 child `keras-transformer translate`). Each pass is timed end to end and, apart, its
@@ -35,6 +35,7 @@ import functools
 import itertools
 import json
 import os
+import statistics
 import tempfile
 import time
 
@@ -69,6 +70,8 @@ def parse_args(argv=None):
                         help="sentences per batch, one row each (default: the translator's own)")
     parser.add_argument("--ctranslate2-length-penalty", type=float, default=None,
                         help="CTranslate2's beam length penalty (default: CTranslate2Translator's)")
+    parser.add_argument("--warm-passes", type=int, default=1,
+                        help="passes after the first; a row reports their median (default: %(default)s)")
     parser.add_argument("--out", default="benchmark_results/translation_speed", help="folder for the results")
     return parser.parse_args(argv)
 
@@ -185,19 +188,22 @@ def measure(args, log=print):
             continue  # the signature searches greedily
         translator = _translator(args, loop, beam, batch_size)
         seconds, bleu, row_steps = [], None, None
-        for run in ("cold", "warm"):
-            if run == "warm" and loop in ROW_STEP_LOOPS:
-                row_steps = RowSteps(translator)
+        for run in ("cold", *["warm"] * max(1, args.warm_passes)):
+            if run == "warm" and loop in ROW_STEP_LOOPS and row_steps is None:
+                row_steps = RowSteps(translator)  # the same batches every pass: the same fraction
             start = time.perf_counter()
             translations = translator(sources)
             translated = time.perf_counter()
             bleu = round(score_translations(translations, references)["bleu"], 2)
             seconds.append((translated - start, time.perf_counter() - start))
+        translating = statistics.median(pass_seconds[0] for pass_seconds in seconds[1:])
+        whole = statistics.median(pass_seconds[1] for pass_seconds in seconds[1:])
         row = dict(backend=keras.backend.backend(), label=args.label, beam=beam, loop=loop,
                    batch=getattr(translator, "batch_size", None), sentences=len(pairs),
-                   cold_seconds=round(seconds[0][1], 2), warm_seconds=round(seconds[1][1], 2),
-                   warm_sentences_per_second=round(len(pairs) / seconds[1][1], 1),
-                   translating_sentences_per_second=round(len(pairs) / seconds[1][0], 1), bleu=bleu)
+                   parallel_batches=getattr(translator, "parallel_batches", 1), warm_passes=len(seconds) - 1,
+                   cold_seconds=round(seconds[0][1], 2), warm_seconds=round(whole, 2),
+                   warm_sentences_per_second=round(len(pairs) / whole, 1),
+                   translating_sentences_per_second=round(len(pairs) / translating, 1), bleu=bleu)
         if row_steps is not None:
             row["row_steps_after_end"] = round(row_steps.after_end / row_steps.total, 3)
         if hasattr(translator, "model"):  # the weights' bytes: int8 and int4 kernels are smaller
