@@ -19,7 +19,8 @@ def top_k_by_chunks(values, k, chunk=CHUNK):
     """`ops.top_k(values, k)` over the last axis, through the maxima of chunks of it.
 
     The same values and indices as `keras.ops.top_k` (sorted, ties to the
-    lower index, as XLA's and TensorFlow's), for any values: the `k`
+    lower index, as XLA's and TensorFlow's; torch orders ties as its
+    `topk` does), for any values: the `k`
     largest are in the `k` chunks whose maxima are largest (a chunk that
     ties with a later one comes first, and so does its maximum), so only
     those `k * chunk` values are sorted. A row shorter than `4 * k * chunk`
@@ -36,10 +37,10 @@ def top_k_by_chunks(values, k, chunk=CHUNK):
 
     Example:
 
-    >>> values = ops.convert_to_tensor([[float(i % 7) for i in range(1000)]])
+    >>> values = ops.convert_to_tensor([[float(i * 7 % 1000) for i in range(1000)]])
     >>> top, indices = top_k_by_chunks(values, 3, chunk=8)
     >>> ops.convert_to_numpy(top).tolist(), ops.convert_to_numpy(indices).tolist()
-    ([[6.0, 6.0, 6.0]], [[6, 13, 20]])
+    ([[999.0, 998.0, 997.0]], [[857, 714, 571]])
     """
     n = values.shape[-1]
     if n is None or n < 4 * k * chunk:
