@@ -303,7 +303,8 @@ class CTranslate2Translator(TextTranslator):
         parallel_batches: int or `"auto"` (one a core on a CPU), batches translated at a time, each on its
             own CTranslate2 worker (its `inter_threads`) and thread of ours
             (`batch_threads`). Defaults to 1. On a 2-core CPU, 2 batches of
-            one thread each ran 1.5x faster than 1 batch of two threads
+            one thread each ran 1.15-1.55x faster than 1 batch of two
+            threads, and 3 or 4 no faster than 2
             (benchmarks/results/cpu-beam-step-changes).
 
     Raises:

@@ -4,15 +4,20 @@ XLA's CPU code for one decoding step of a small model is a chain of small
 operations that mostly run on one core: on the README's model, 2-core CPU,
 a beam-4 pass over the test split kept 1.25 cores busy. Two batches on two
 threads ran it in 2.75 s against 4.3 s one after the other, the tokens
-unchanged (benchmarks/results/cpu-beam-step-changes). `in_order` runs
-them so and gives the results back in order.
+unchanged, and a third thread fills the moments a core waits on the host
+(Python between batches): 3 batches at a time ran beam 4 at 265-269
+sentences/s against 231-235 for 2, greedy at 745-753 against 662-716, and
+4 no faster than 3 (benchmarks/results/cpu-beam-step-changes). `in_order`
+runs them so and gives the results back in order.
 """
 
 import concurrent.futures
 import os
 
-# "auto": one batch a core on a CPU; on a GPU or TPU one program fills the device.
+# "auto": one batch a core on a CPU (plus `spare`); on a GPU or TPU one program fills the device.
 DEFAULT_PARALLEL_BATCHES = "auto"
+# The compiled engine's spare batch on a CPU (see the module's docstring).
+ENGINE_SPARE_BATCHES = 1
 
 
 def usable_cores():
@@ -29,13 +34,14 @@ def usable_cores():
         return max(1, os.cpu_count() or 1)
 
 
-def resolve_parallel_batches(parallel_batches, has_accelerator):
-    """`parallel_batches` as an int: `"auto"` is one batch a usable core on a CPU, 1 on an accelerator.
+def resolve_parallel_batches(parallel_batches, has_accelerator, spare=0):
+    """`parallel_batches` as an int: `"auto"` is a batch a usable core (plus `spare`) on a CPU, 1 on an accelerator.
 
     Args:
         parallel_batches: `"auto"` or an int >= 1.
         has_accelerator: callable returning whether a GPU or TPU runs the
             program (asked only for `"auto"`).
+        spare: int, batches beyond one a core for `"auto"` on a CPU.
 
     Raises:
         ValueError: neither `"auto"` nor an int >= 1.
@@ -46,7 +52,7 @@ def resolve_parallel_batches(parallel_batches, has_accelerator):
     (1, 3)
     """
     if parallel_batches == "auto":
-        return 1 if has_accelerator() else usable_cores()
+        return 1 if has_accelerator() else usable_cores() + spare
     if isinstance(parallel_batches, bool) or not isinstance(parallel_batches, int) or parallel_batches < 1:
         raise ValueError(f'parallel_batches must be "auto" or an int >= 1, got parallel_batches={parallel_batches!r}.')
     return parallel_batches

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
+from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.hypotheses import NBest
@@ -149,9 +150,9 @@ class CompiledTranslator(TextTranslator):
         beam_width: int, the program's beam width.
         n_best: None, or the hypotheses per source of an n-best program.
         cross_attention: bool, whether that program returns the cross-attention.
-        parallel_batches: `"auto"` (one a core on a CPU, 1 on a GPU or TPU)
-            or an int: batches decoded at a time, each on its own thread
-            (`batch_threads`). The tokens do not depend on it.
+        parallel_batches: `"auto"` (one a core and one more on a CPU, 1 on a
+            GPU or TPU) or an int: batches decoded at a time, each on its
+            own thread (`batch_threads`). The tokens do not depend on it.
     """
 
     def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
@@ -171,7 +172,8 @@ class CompiledTranslator(TextTranslator):
         # XLA's code for each shape is kept in the cache: a lone sentence
         # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model).
         self.lone_sentence_rows = 1
-        self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: jax.default_backend() != "cpu")
+        self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: on_accelerator,
+                                                         spare=ENGINE_SPARE_BATCHES)
         self.beam_width = int(beam_width)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)

@@ -80,8 +80,9 @@ def test_one_thread_calls_in_this_thread():
 
 
 def test_parallel_batches_must_be_auto_or_a_positive_int():
-    assert resolve_parallel_batches("auto", lambda: False) >= 1
-    assert resolve_parallel_batches("auto", lambda: True) == 1
+    cores = resolve_parallel_batches("auto", lambda: False)
+    assert cores >= 1 and resolve_parallel_batches("auto", lambda: False, spare=1) == cores + 1
+    assert resolve_parallel_batches("auto", lambda: True, spare=1) == 1
     for bad in (0, -1, 2.0, True, "two"):
         with pytest.raises(ValueError, match="parallel_batches"):
             resolve_parallel_batches(bad, lambda: False)
