@@ -8,7 +8,8 @@ For each beam width (1: greedy; 4: the default) and each loop (`default`:
 `jit_compile=True`), it translates `--sentences` sentences of `--split` and
 scores them (`evaluation.score_translations`), as the command line's
 `evaluate` does, twice: the first pass pays the compilations (`cold`), the
-second does not (`warm`; with `--warm-passes N`, N passes and their median). `engine` is the compiled engine `translate` and
+second does not (`warm`; with `--warm-passes N`, N passes and their
+median). `engine` is the compiled engine `translate` and
 `evaluate` run by default (`CompiledTranslator`: the decoding loop as a
 cached XLA program, run with JAX; a missing program is written first by a
 child `keras-transformer translate`). Each pass is timed end to end and, apart, its

@@ -4,14 +4,16 @@ XLA's CPU code for one decoding step of a small model is a chain of small
 operations that mostly run on one core: on the README's model, 2-core CPU,
 a beam-4 pass over the test split kept 1.25 cores busy. Two batches on two
 threads ran it in 2.75 s against 4.3 s one after the other, the tokens
-unchanged, and a third thread fills the moments a core waits on the host
-(Python between batches): 3 batches at a time ran beam 4 at 265-269
+unchanged. A third thread helps too, likely by filling the moments a core
+waits on the host (Python between batches): 3 batches at a time ran beam 4 at 265-269
 sentences/s against 231-235 for 2, greedy at 745-753 against 662-716, and
 4 no faster than 3 (benchmarks/results/cpu-beam-step-changes). `in_order`
 runs them so and gives the results back in order.
 """
 
+import collections
 import concurrent.futures
+import itertools
 import os
 
 # "auto": one batch a core on a CPU (plus `spare`); on a GPU or TPU one program fills the device.
@@ -87,18 +89,13 @@ def in_order(function, items, threads):
         return
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(threads, len(items)),
                                                  thread_name_prefix="decode")
-    pending, ahead = [], 2 * threads
+    queue = iter(items)
     try:
-        queue = iter(items)
-        for item in queue:
-            pending.append(pool.submit(function, item))
-            if len(pending) >= ahead:
-                break
+        pending = collections.deque(pool.submit(function, item) for item in itertools.islice(queue, 2 * threads))
         while pending:
-            result = pending.pop(0).result()
-            for item in queue:
+            result = pending.popleft().result()
+            for item in itertools.islice(queue, 1):  # one started for each one read
                 pending.append(pool.submit(function, item))
-                break
             yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

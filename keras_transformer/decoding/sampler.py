@@ -285,9 +285,9 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
 
 
 # The first cache length of the decoding loop; each later loop doubles it.
-# 32 rather than 16: beam 4 as fast (218.2 against 221.8 sentences/s, the
-# same translations) with one loop fewer, which an exported program loads
-# 0.08 s faster (benchmarks/results/cpu-beam-step-changes).
+# 32 rather than 16: one loop fewer, which makes a one-sentence `translate`
+# 0.12-0.19 s faster to load its program, for 3-5 % of beam 4's speed over
+# the test split, the same translations (benchmarks/results/cpu-beam-step-changes).
 FIRST_CACHE_LENGTH = 32
 
 
