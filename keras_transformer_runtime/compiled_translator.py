@@ -104,7 +104,8 @@ def lapack_setup_skipped(program):
     (docs/translating.md, "Speed"). A decoding program has no such
     operation (matrix products are XLA's own), so for it the set-up is
     skipped; a program whose module names one of JAX's LAPACK kernels gets
-    it, and so does every program under a JAX that sets up otherwise.
+    it, and so does every program for another platform (a GPU's set-up is
+    not measured, so not skipped) or under a JAX that sets up otherwise.
 
     Args:
         program: a `jax.export.Exported`.
@@ -117,6 +118,8 @@ def lapack_setup_skipped(program):
     except (ImportError, AttributeError):
         kernels = None
     setup = getattr(_export, "_ensure_backends_initialized", None) if kernels else None
+    if tuple(program.platforms) != ("cpu",):
+        setup = None
     module = bytes(program.mlir_module_serialized)
     if setup is None or any(kernel in module for kernel in kernels):
         yield

@@ -171,3 +171,32 @@ def _running(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# The flags of `MINIATURE` as `train` takes them.
+MINIATURE_TRAIN_FLAGS = (f"--corpus {FIXTURE_CORPUS} --num-layers 1 --d-model 16 --num-heads 2 --ff-dim 32 "
+                         "--max-length 24 --vocabulary-size 400 --batch-tokens 240 --warmup-steps 2 "
+                         "--dev-bleu-sentences 4 --epochs 2 --steps-per-epoch 3")
+
+
+@pytest.mark.end_to_end
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the GPU session runs it on JAX")
+def test_the_users_wait_times_each_command_and_counts_its_compilations(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_user_wait", "--out", str(out), "--run", str(tmp_path / "run"),
+         "--train-flags", MINIATURE_TRAIN_FLAGS, "--steps", "train", "translate", "variant",
+         "--variant", "other=--xla_cpu_enable_fast_math=false", "--variant-train-flags", "--epochs 1"],
+        cwd=ROOT, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")), capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    steps = json.loads((out / "results.json").read_text())["steps"]
+    assert list(steps) == ["train", "translate-first", "translate-again", "variant-other"]
+    assert steps["train"]["summary"]["trained_steps_this_run"] == 6
+    assert steps["variant-other"]["summary"]["trained_steps_this_run"] == 3
+    assert steps["train"]["compilations"]["by_function"]  # JAX_LOG_COMPILES reached the command
+    # The second process finds the program and its XLA code in the caches the first one wrote.
+    assert steps["translate-again"]["compilations"]["cache_hits"] >= 1
+    assert steps["translate-again"]["compilations"]["seconds"] < steps["translate-first"]["compilations"]["seconds"]
+    assert (out / "train.log").read_text().splitlines()[1].split()[0].replace(".", "").isdigit()  # stamped
