@@ -16,9 +16,11 @@ stamped with the seconds since the step began:
 4. `benchmarks.translation_speed --loops engine`, twice: the 605 test
    sentences greedy and beam 4 in a first process (its first pass
    compiles the batch shapes) and a second (the compilation cache warm);
-5. with `--variant NAME=XLA_FLAGS`, `train` again under those flags, into
-   a folder of its own, so that its compilations and step time sit beside
-   the first run's.
+5. each `--variant "NAME=[VARIABLE=VALUE ...] [TRAIN FLAGS ...]"`: `train`
+   again, into a folder of its own, with those environment variables (say
+   `XLA_FLAGS=...`, or `KERAS_TRANSFORMER_CACHE_DIR=DIR` for an empty compilation
+   cache) and flags, so that its compilations and times sit beside the
+   first run's; in the order given.
 
 `--train-flags` adds flags to every `train` (a miniature run on a CPU,
 `tests/test_gpu_session_commands.py`). Writes `results.json`,
@@ -52,22 +54,22 @@ def parse_args(argv=None):
 
     Example:
 
-    >>> args = parse_args(["--out", "/tmp/wait", "--variant", "no-autotune=--xla_gpu_autotune_level=0"])
+    >>> args = parse_args(["--out", "/tmp/wait", "--variant", "explicit=--no-flash-attention"])
     >>> args.variant, args.steps
-    (['no-autotune=--xla_gpu_autotune_level=0'], ['train', 'translate', 'evaluate', 'speed', 'variant'])
+    (['explicit=--no-flash-attention'], ['train', 'translate', 'evaluate', 'speed', 'variant'])
     """
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_user_wait", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for results.json, results.md and the logs")
     parser.add_argument("--run", default=None, help="the `train --output` folder (default: a fresh temporary one)")
     parser.add_argument("--train-flags", default="", help="more flags for every `train`, e.g. a miniature corpus")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=XLA_FLAGS",
-                        help="train again with these XLA_FLAGS (repeatable)")
-    parser.add_argument("--variant-train-flags", default="",
-                        help="more flags for the variants' `train` only, e.g. fewer epochs")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=[VARIABLE=VALUE ...] [FLAGS ...]",
+                        help="train again with these environment variables and flags (repeatable)")
     parser.add_argument("--steps", nargs="+", default=["train", "translate", "evaluate", "speed", "variant"],
                         choices=["train", "translate", "evaluate", "speed", "variant"])
     parser.add_argument("--speed-flags", default="", help="more flags for `benchmarks.translation_speed`")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a step may take (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for all the steps: each gets at most what is left, none starts with under 10")
     return parser.parse_args(argv)
 
 
@@ -107,6 +109,23 @@ def compilations(lines):
     return {"count": sum(count for count, _ in ordered.values()),
             "seconds": round(sum(seconds for _, seconds in ordered.values()), 3),
             "by_function": ordered, "cache_hits": hits, "tracing_seconds": round(traced, 3)}
+
+
+def variant_parts(variant):
+    """`NAME=[VARIABLE=VALUE ...] [FLAGS ...]` as `(name, environment, flags)`.
+
+    Example:
+
+    >>> variant_parts("fresh=XDG_CACHE_HOME=/tmp/c XLA_FLAGS='--a=1 --b=2' --epochs 2")
+    ('fresh', {'XDG_CACHE_HOME': '/tmp/c', 'XLA_FLAGS': '--a=1 --b=2'}, ['--epochs', '2'])
+    """
+    name, _, rest = variant.partition("=")
+    words = shlex.split(rest)
+    environment = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0], re.DOTALL):
+        key, _, value = words.pop(0).partition("=")
+        environment[key] = value
+    return name, environment, words
 
 
 def run_step(name, command, out, env=None, timeout=300):
@@ -188,12 +207,22 @@ def main(argv=None):
     run = args.run or tempfile.mkdtemp(prefix="gpu_user_wait_")
     cli = [sys.executable, "-m", "keras_transformer_cli"]
     logged = {"JAX_LOG_COMPILES": "1", "KERAS_TRANSFORMER_TIMINGS": "1", "KERAS_BACKEND": "jax"}
-    results = {"run": run, "steps": {}}
+    results = {"run": run, "steps": {}, "skipped": []}
+    deadline = time.perf_counter() + args.budget if args.budget else float("inf")
+
+    def run_timed(name, command, env):
+        left = deadline - time.perf_counter()
+        if left < 10:
+            results["skipped"].append(name)
+            print(f"{name}: skipped, {left:.0f} s of the budget left", flush=True)
+            return None
+        return run_step(name, command, args.out, env, min(args.timeout, left))
 
     def record(name, step, **more):
-        results["steps"][name] = {key: value for key, value in step.items() if key != "lines"} | {
-            "compilations": compilations(step["lines"]), **more}
-        print(f"{name}: {step['seconds']} s, exit {step['returncode']}", flush=True)
+        if step is not None:
+            results["steps"][name] = {key: value for key, value in step.items() if key != "lines"} | {
+                "compilations": compilations(step["lines"]), **more}
+            print(f"{name}: {step['seconds']} s, exit {step['returncode']}", flush=True)
         # After every step: what a session's time limit cuts short is still reported.
         with open(os.path.join(args.out, "results.json"), "w") as file:
             json.dump(results, file, indent=1)
@@ -201,35 +230,32 @@ def main(argv=None):
             file.write(report(results))
 
     if "train" in args.steps:
-        step = run_step("train", cli + ["train", "--output", run, *shlex.split(args.train_flags)], args.out, logged,
-                        args.timeout)
-        record("train", step, **_summary_of_train(step, run))
+        step = run_timed("train", cli + ["train", "--output", run, *shlex.split(args.train_flags)], logged)
+        record("train", step, **(_summary_of_train(step, run) if step else {}))
     if "translate" in args.steps:
         for name in ("translate-first", "translate-again"):
-            step = run_step(name, cli + ["translate", "--model", run, SENTENCE], args.out, logged, args.timeout)
-            phases = _PHASES.findall("\n".join(step["lines"]))
+            step = run_timed(name, cli + ["translate", "--model", run, SENTENCE], logged)
+            phases = _PHASES.findall("\n".join(step["lines"])) if step else None
             record(name, step, phases=phases[-1] if phases else None)
     if "evaluate" in args.steps:
-        step = run_step("evaluate", cli + ["evaluate", "--model", run, "--split", "test"], args.out, logged,
-                        args.timeout)
+        step = run_timed("evaluate", cli + ["evaluate", "--model", run, "--split", "test"], logged)
         evaluation = _read_json(os.path.join(run, "evaluation-test-beam4-norepeat3.json")) or {}
         record("evaluate", step, evaluation={key: value for key, value in evaluation.items() if key != "translations"})
     if "speed" in args.steps:
         for name in ("speed-first", "speed-again"):
             folder = os.path.join(args.out, name)
-            step = run_step(name, [sys.executable, "-m", "benchmarks.translation_speed", "--model", run, "--loops",
-                                   "engine", "--out", folder, *shlex.split(args.speed_flags)], args.out, logged,
-                            args.timeout)
+            step = run_timed(name, [sys.executable, "-m", "benchmarks.translation_speed", "--model", run, "--loops",
+                                    "engine", "--out", folder, *shlex.split(args.speed_flags)], logged)
             record(name, step, rows=_read_json(os.path.join(folder, "results.json")))
     if "variant" in args.steps:
         for variant in args.variant:
-            name, _, flags = variant.partition("=")
+            name, environment, flags = variant_parts(variant)
             folder = os.path.join(tempfile.mkdtemp(prefix="gpu_user_wait_variant_"), "run")
-            step = run_step(f"variant-{name}", cli + ["train", "--output", folder, *shlex.split(args.train_flags),
-                                                      *shlex.split(args.variant_train_flags)],
-                            args.out, dict(logged, XLA_FLAGS=flags), args.timeout)
-            record(f"variant-{name}", step, xla_flags=flags, **_summary_of_train(step, folder))
-    return 0 if all(step["returncode"] == 0 for step in results["steps"].values()) else 1
+            step = run_timed(f"variant-{name}", cli + ["train", "--output", folder, *shlex.split(args.train_flags),
+                                                       *flags], dict(logged, **environment))
+            record(f"variant-{name}", step, environment=environment, flags=flags,
+                   **(_summary_of_train(step, folder) if step else {}))
+    return 0 if all(step["returncode"] == 0 for step in results["steps"].values()) and not results["skipped"] else 1
 
 
 def report(results):
@@ -254,6 +280,8 @@ def report(results):
         found = step["compilations"]
         lines.append(f"| {name} | {step['seconds']} | {step['returncode']} | {found['count']} | {found['seconds']} "
                      f"| {found.get('tracing_seconds', 0)} | {found['cache_hits']} |")
+    if results.get("skipped"):
+        lines += ["", f"Skipped, the budget spent: {', '.join(results['skipped'])}"]
     for name, step in results["steps"].items():
         top = list(step["compilations"]["by_function"].items())[:5]
         if top:

@@ -9,6 +9,8 @@ batch size and source length, so one file serves every batch shape. The
 weights go beside it as an `.npz`, in the order of `model.variables`.
 """
 
+import contextlib
+
 import jax
 import keras
 
@@ -17,6 +19,7 @@ from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
+from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.translator import Translator
 from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
 from keras_transformer_runtime.compiled_translator import WEIGHTS_FILE
@@ -87,7 +90,46 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
     batch, length = jax.export.symbolic_shape("batch, length")
     weights = [jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype) for variable in variables]
     tokens = jax.ShapeDtypeStruct((batch, length), "int32")
-    return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens)
+    with attention_kernels_for_export(decoder.model, jax.default_backend()):
+        return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens)
+
+
+@contextlib.contextmanager
+def attention_kernels_for_export(model, platform):
+    """Inside, every attention layer of `model` takes the explicit softmax path, unless `platform` is "cpu".
+
+    `jax.export` refuses custom calls that have no compatibility guarantee,
+    and on a GPU the fused attention kernel is one (cuDNN's flash attention,
+    `__cudnn$fmhaScaleBiasSoftmax`): with it, writing the program of the
+    default run failed on an H100 (2026-11-27), so `translate` failed. A
+    decoding step attends from a single query, where a fused kernel has
+    little to gain. On a CPU the fused path is XLA's own operations; it stays.
+
+    Args:
+        model: a Keras model holding `MultiHeadAttention` layers.
+        platform: the platform the program is exported for
+            (`jax.default_backend()`: "cpu", "gpu", "tpu").
+
+    Example:
+
+    >>> from keras_transformer import models
+    >>> model = models.transformer(50, 50, num_layers=1, d_model=8, num_heads=2, ff_dim=16, max_length=8)
+    >>> with attention_kernels_for_export(model, "gpu"):
+    ...     inside = {layer._flash_attention for layer in model._flatten_layers()
+    ...               if isinstance(layer, MultiHeadAttention)}
+    >>> inside
+    {False}
+    """
+    layers = [] if platform == "cpu" else [
+        layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, MultiHeadAttention)]
+    kept = [layer._flash_attention for layer in layers]
+    for layer in layers:
+        layer._flash_attention = False
+    try:
+        yield
+    finally:
+        for layer, flash_attention in zip(layers, kept):
+            layer._flash_attention = flash_attention
 
 
 def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,

@@ -21,6 +21,8 @@ def train(args, out):
     options["jit_compile"] = "auto" if args.jit_compile is None else args.jit_compile
     from keras_transformer_runtime.timings import phase
 
+    _keep_compiled_steps()
+
     with phase("work"):
         summary = train_translator(TrainConfig(**options), overwrite=args.overwrite)
     print("summary: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}),
@@ -34,6 +36,25 @@ def train(args, out):
         f"saved in {summary['output']}",
         file=out,
     )
+
+
+def _keep_compiled_steps():
+    """On JAX, XLA's code of the training steps goes to the program cache's folder, for the next `train`.
+
+    Compiling was 99 of the 158 s of the GPU default's `train` on an H100
+    (2026-11-27: 14.6 s a batch shape for the training step); a run of the
+    same model size on the same machine then loads the code instead.
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return
+    from keras_transformer_runtime.compiled_translator import use_compilation_cache
+    from keras_transformer_runtime.program_cache import ProgramCache
+    from keras_transformer_runtime.program_cache import cache_enabled
+
+    if cache_enabled():  # KERAS_TRANSFORMER_CACHE=0 turns it off, as for `translate`
+        use_compilation_cache(ProgramCache(), min_compile_seconds=1.0)
 
 
 def _translator(args):

@@ -186,16 +186,24 @@ def test_the_users_wait_times_each_command_and_counts_its_compilations(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_user_wait", "--out", str(out), "--run", str(tmp_path / "run"),
          "--train-flags", MINIATURE_TRAIN_FLAGS, "--steps", "train", "translate", "variant",
-         "--variant", "other=--xla_cpu_enable_fast_math=false", "--variant-train-flags", "--epochs 1"],
+         "--variant", "again=--epochs 1", "--variant", f"fresh=KERAS_TRANSFORMER_CACHE_DIR={tmp_path / 'fresh'} --epochs 1"],
         cwd=ROOT, env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")), capture_output=True, text=True,
         timeout=600,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     steps = json.loads((out / "results.json").read_text())["steps"]
-    assert list(steps) == ["train", "translate-first", "translate-again", "variant-other"]
+    assert list(steps) == ["train", "translate-first", "translate-again", "variant-again", "variant-fresh"]
     assert steps["train"]["summary"]["trained_steps_this_run"] == 6
-    assert steps["variant-other"]["summary"]["trained_steps_this_run"] == 3
+    assert steps["variant-again"]["summary"]["trained_steps_this_run"] == 3
     assert steps["train"]["compilations"]["by_function"]  # JAX_LOG_COMPILES reached the command
+    # A second `train` of the same model loads its training step from the compilation cache; with an
+    # empty cache (the variant's own KERAS_TRANSFORMER_CACHE_DIR) it compiles it again.
+    def train_step_seconds(name):
+        return steps[name]["compilations"]["by_function"]["jit(train_step)"][1]
+
+    assert steps["variant-again"]["compilations"]["cache_hits"] >= 1
+    assert train_step_seconds("variant-again") < train_step_seconds("train") / 2
+    assert train_step_seconds("variant-fresh") > train_step_seconds("variant-again") * 2
     # The second process finds the program and its XLA code in the caches the first one wrote.
     assert steps["translate-again"]["compilations"]["cache_hits"] >= 1
     assert steps["translate-again"]["compilations"]["seconds"] < steps["translate-first"]["compilations"]["seconds"]

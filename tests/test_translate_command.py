@@ -333,3 +333,26 @@ def test_a_lone_sentence_decodes_in_one_row_as_it_would_in_a_batch(trained_run, 
     assert [rows for rows, _ in shapes] == [1, 1]
     assert translator(SENTENCES) == alone == first_translations
     assert shapes[-1][0] == min(8, translator.batch_size) > 1 and (1, shapes[0][1]) in translator.batch_shapes()
+
+
+def test_a_program_exported_for_a_gpu_never_goes_through_the_fused_attention_kernel(monkeypatch):
+    # On a GPU the fused kernel is cuDNN's flash attention, a custom call jax.export refuses to write.
+    import keras
+
+    from keras_transformer import models
+    from keras_transformer.layers import attention
+    from keras_transformer.translation_program import attention_kernels_for_export
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("a custom call without a compatibility guarantee")
+
+    model = models.transformer(50, 50, num_layers=1, d_model=8, num_heads=2, ff_dim=16, max_length=8)
+    monkeypatch.setattr(attention, "fused_attention", refused)
+    inputs = {"encoder_tokens": np.array([[5, 6, 7, 0]]), "decoder_tokens": np.array([[1, 8, 9, 0]])}
+    with attention_kernels_for_export(model, "gpu"):
+        logits = keras.ops.convert_to_numpy(model(inputs))
+    assert logits.shape == (1, 4, 50) and np.isfinite(logits).all()
+    with pytest.raises(RuntimeError, match="compatibility"):  # outside, and for a CPU, the layers are as they were
+        model(inputs)
+    with attention_kernels_for_export(model, "cpu"), pytest.raises(RuntimeError, match="compatibility"):
+        model(inputs)
