@@ -149,9 +149,14 @@ def test_with_no_score_recorded_the_last_weights_are_kept_and_saved(tmp_path):
     assert _kernel(keras.saving.load_model(str(tmp_path / run_folder.MODEL_FILE))) == [4.0, 4.0]
 
 
+# 8: a compiled loop's batch on a CPU; 16: a batch larger than a lone sentence's 8 rows, as on a GPU (64).
+@pytest.mark.parametrize("batch_size", [8, 16])
 def test_a_compiled_dev_scorer_compiles_every_batch_shape_of_its_scoring_before_the_first_epoch(
-        trained_run, tmp_path, monkeypatch):
+        trained_run, tmp_path, monkeypatch, batch_size):
     from keras_transformer.data.corpus import TranslationPair
+    from keras_transformer_runtime import text_translator
+
+    monkeypatch.setattr(text_translator, "COMPILED_CPU_BATCH_SIZE", batch_size)
     from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
     shapes = []
@@ -170,4 +175,6 @@ def test_a_compiled_dev_scorer_compiles_every_batch_shape_of_its_scoring_before_
     before_training = set(shapes)
     shapes.clear()
     callback.score()
-    assert set(shapes) <= before_training and len(before_training) == 2
+    assert callback._scorer().batch_size == batch_size
+    assert set(shapes) == before_training  # every shape compiled before, none compiled for nothing
+    assert len(before_training) == (2 if batch_size == 8 else 1)
