@@ -313,6 +313,8 @@ def _train(config, model_arguments, inputs, corpus_data, placement, start, start
         *([lora.RestartAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
         run_folder.RestoreRandomState(random_state),
         progress,
+        # Before the clock starts the first epoch: validation's compiling is not projected onto every epoch.
+        training_speed.ValidationCompiledFirst(dev_data),
         # Before the loggers: dev BLEU joins the epoch's logs.
         *selection,
         keras.callbacks.CSVLogger(os.path.join(output, run_folder.LOG_FILE), append=True),

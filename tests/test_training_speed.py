@@ -122,3 +122,56 @@ def test_the_first_estimate_states_compiling_apart_and_does_not_project_it_onto_
     assert "compiling" in lines[0]
     # Projecting the slow epoch would say more than 10 s; the run took about 1 s.
     assert first_total < 1.3 * wall + 0.2, (first_total, wall, lines)
+
+
+class _TwoShapes(keras.utils.PyDataset):
+    """Validation batches in two shapes, as the trainer's bucketed dev batches come."""
+
+    def __len__(self):
+        return 3
+
+    @property
+    def num_batches(self):
+        return 3
+
+    def __getitem__(self, index):
+        length = 4 if index != 1 else 8
+        return {"tokens": np.ones((2, length), "float32")}, np.zeros((2, 1), "float32")
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="counts XLA compilations through JAX's log")
+def test_validation_is_compiled_before_the_first_epoch_and_never_again_in_it():
+    import logging
+
+    import jax
+
+    from keras_transformer.training_speed import ValidationCompiledFirst
+
+    compiled = []  # (when, function)
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            message = record.getMessage()
+            if message.startswith("Finished XLA compilation of jit(test_step)"):
+                compiled.append(phase[0])
+
+    class Phase(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            phase[0] = "in fit"
+
+    phase = ["before fit"]
+    inputs = keras.Input((None,), name="tokens")
+    outputs = keras.layers.Dense(1)(keras.ops.mean(keras.ops.expand_dims(inputs, -1), axis=1))
+    model = keras.Model({"tokens": inputs}, outputs)
+    model.compile("sgd", "mse", jit_compile=True)
+    handler, logger = Record(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        first = ValidationCompiledFirst(_TwoShapes())
+        model.fit(_TwoShapes(), epochs=2, verbose=0, validation_data=_TwoShapes(), callbacks=[first, Phase()])
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
+    assert first.compiled == 2
+    assert compiled == ["before fit", "before fit"]  # both shapes before the first step, none after
