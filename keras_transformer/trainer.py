@@ -38,6 +38,7 @@ import time
 
 import keras
 
+from keras_transformer import compile_ahead
 from keras_transformer import distribute
 from keras_transformer import fine_tuning
 from keras_transformer import learning_curve
@@ -313,7 +314,9 @@ def _train(config, model_arguments, inputs, corpus_data, placement, start, start
         *([lora.RestartAdapters(config.seed + epochs_done)] if config.lora_rank and epochs_done else []),
         run_folder.RestoreRandomState(random_state),
         progress,
-        # Before the clock starts the first epoch: validation's compiling is not projected onto every epoch.
+        # Before the clock starts the first epoch: compiling is not projected onto every epoch.
+        *([compile_ahead.StepsCompiledAhead(data.batch_shapes, dev_data)]
+          if model_flops.accelerator_name() and config.total_steps >= (data.batches_per_pass or math.inf) else []),
         training_speed.ValidationCompiledFirst(dev_data),
         # Before the loggers: dev BLEU joins the epoch's logs.
         *selection,
