@@ -28,7 +28,14 @@ SavedModel's signature in batches of 64, in the split's order, as a server
 would (greedy only: the signature's search); `keras-int8` and `keras-int4`
 are the default loop on the model after Keras' `model.quantize(mode)`
 (weights and, for int8, activations in integers; the model in memory,
-nothing exported). Writes `results.json` and `results.md` to `--out`.
+nothing exported); `transformers` exports the run as a Hugging Face Marian
+folder and decodes with `MarianMTModel.generate` on torch (this package's
+tokenizer both ways, batches of `TRANSFORMERS_BATCH` sorted by length, the
+same n-gram guard and new-token limit; its length penalty is
+transformers' own formula, with our alpha). Each row also records the
+mean words of its translations (`output_words`): with untrained weights,
+where BLEU says nothing, it shows whether the rows did the same work.
+Writes `results.json` and `results.md` to `--out`.
 """
 
 import argparse
@@ -44,7 +51,8 @@ import numpy as np
 
 LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "ctranslate2": {}, "ctranslate2-int8": {},
          "ctranslate2-parallel": {},
-         "savedmodel": {}, "keras-int8": {}, "keras-int4": {}}
+         "savedmodel": {}, "keras-int8": {}, "keras-int4": {}, "transformers": {}}
+TRANSFORMERS_BATCH = 8
 # The loops that count row-steps (they decode through `_decode`).
 ROW_STEP_LOOPS = ("default", "compiled", "engine", "keras-int8", "keras-int4")
 SAVEDMODEL_BATCH = 64
@@ -131,6 +139,48 @@ class RowSteps:
         translator._decode = counted
 
 
+class _TransformersTranslator:
+    """A Marian export in `transformers`: strings in, strings out, in batches sorted by length."""
+
+    def __init__(self, folder, tokenizer, beam_width, max_new_tokens, length_penalty, no_repeat_ngram_size=3,
+                 batch_size=TRANSFORMERS_BATCH):
+        import torch
+        from transformers import MarianMTModel
+
+        torch.set_num_threads(os.cpu_count())
+        self.model = MarianMTModel.from_pretrained(folder).eval()
+        self.tokenizer = tokenizer  # this package's: the ids the model was trained on, both ways
+        self.options = dict(num_beams=beam_width, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                            no_repeat_ngram_size=no_repeat_ngram_size, do_sample=False,
+                            forced_eos_token_id=None)  # as ours: an output that reaches the limit just stops
+        self.batch_size = batch_size
+        self.pad_id = self.model.config.pad_token_id
+
+    def __call__(self, texts):
+        import torch
+
+        from keras_transformer_runtime.special_tokens import END_ID
+
+        # Cut to the model's positions, as this package's translators cut them.
+        ids = [list(row)[: self.model.config.max_position_embeddings] for row in self.tokenizer.tokenize(texts)]
+        order = sorted(range(len(texts)), key=lambda i: len(ids[i]))
+        outputs = [None] * len(texts)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            width = max(len(ids[i]) for i in batch)
+            tokens = torch.tensor([ids[i] + [self.pad_id] * (width - len(ids[i])) for i in batch])
+            with torch.no_grad():
+                generated = self.model.generate(input_ids=tokens, attention_mask=tokens != self.pad_id, **self.options)
+            rows = []
+            for row in generated.tolist():
+                row = row[1:]  # after the decoder's start token
+                row = row[: row.index(END_ID)] if END_ID in row else row
+                rows.append([token for token in row if token != self.pad_id])
+            for i, text in zip(batch, self.tokenizer.detokenize(rows)):
+                outputs[i] = text
+        return outputs
+
+
 @functools.lru_cache(maxsize=None)
 def _export_folder():
     """One temporary folder for the run's exported models."""
@@ -161,6 +211,16 @@ def _translator(args, loop, beam, batch_size=None):
         if not os.path.isdir(path):
             export_translator(args.model, path)
         return _SavedModelTranslator(path)
+    if loop == "transformers":
+        from keras_transformer.checkpoints.marian_export import export_marian
+        from keras_transformer.translator import Translator
+
+        path = os.path.join(_export_folder(), "marian")
+        if not os.path.isdir(path):
+            export_marian(args.model, path)
+        ours = Translator.from_directory(args.model, beam_width=beam)
+        return _TransformersTranslator(path, ours.tokenizer, beam, ours.max_new_tokens, float(ours.length_penalty),
+                                       ours.no_repeat_ngram_size, **sized)
     from keras_transformer.ctranslate2_model import CTranslate2Translator
     from keras_transformer.ctranslate2_model import export_ctranslate2
 
@@ -204,10 +264,12 @@ def measure(args, log=print):
                    parallel_batches=getattr(translator, "parallel_batches", 1), warm_passes=len(seconds) - 1,
                    cold_seconds=round(seconds[0][1], 2), warm_seconds=round(whole, 2),
                    warm_sentences_per_second=round(len(pairs) / whole, 1),
-                   translating_sentences_per_second=round(len(pairs) / translating, 1), bleu=bleu)
+                   translating_sentences_per_second=round(len(pairs) / translating, 1), bleu=bleu,
+                   output_words=round(statistics.mean(len(text.split()) for text in translations), 1))
         if row_steps is not None:
             row["row_steps_after_end"] = round(row_steps.after_end / row_steps.total, 3)
-        if hasattr(translator, "model"):  # the weights' bytes: int8 and int4 kernels are smaller
+        # A Keras model's weights' bytes: int8 and int4 kernels are smaller.
+        if hasattr(getattr(translator, "model", None), "weights"):
             row["weights_megabytes"] = round(sum(np.asarray(w.numpy()).nbytes for w in translator.model.weights) / 2**20, 2)
         log(json.dumps(row))
         rows.append(row)

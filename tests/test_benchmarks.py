@@ -502,3 +502,15 @@ def test_translation_speed_measures_the_compiled_engine_against_ctranslate2_in_o
     table = (tmp_path / "results.md").read_text()
     ratio = engine["translating_sentences_per_second"] / ctranslate2["translating_sentences_per_second"]
     assert f"| {ratio:.2f}x |" in table and "| 1.00x |" in table
+
+
+@pytest.mark.end_to_end
+def test_translation_speed_decodes_the_marian_export_with_transformers_as_this_package_does(trained_run, tmp_path):
+    pytest.importorskip("transformers")
+    from benchmarks import translation_speed
+
+    ours, theirs = translation_speed.main(["--model", str(trained_run), "--sentences", "6", "--beams", "1", "--loops",
+                                           "default", "transformers", "--out", str(tmp_path)])
+    assert theirs["loop"] == "transformers" and theirs["batch"] == translation_speed.TRANSFORMERS_BATCH
+    # The same weights, greedy, the same n-gram guard: the same translations, so the same work and score.
+    assert (theirs["bleu"], theirs["output_words"]) == (ours["bleu"], ours["output_words"])
