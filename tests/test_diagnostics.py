@@ -170,3 +170,22 @@ def test_diagnostics_logger_writes_its_statistics_to_the_csv_log(tmp_path):
     # Training moves the weights, so the logged gradient norms change.
     norms = [entry["gradient_norm/decoder_layer_0"] for entry in logger.history]
     assert len(set(norms)) > 1
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the compiled gradient is JAX's")
+def test_gradient_norms_compile_once_per_model_and_do_not_keep_the_model_alive():
+    import gc
+    import weakref
+
+    from keras_transformer.diagnostics import gradients
+
+    model = _small_model()
+    model.compile("adam", kt.training.MaskedSparseCrossentropy())
+    y = np.array([[20, 21, 3, 0], [22, 23, 24, 3]])
+    first = diagnostics.gradient_norms(model, BATCH, y)
+    assert diagnostics.gradient_norms(model, BATCH, y) == first
+    assert len(gradients._jax_gradients[model]) == 1  # one compiled gradient, reused
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None  # the cache holds no reference to it

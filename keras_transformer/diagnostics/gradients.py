@@ -5,11 +5,14 @@ here, at the edge, not in the layers.
 """
 
 import math
+import weakref
 
 import keras
 import numpy as np
 
 from keras_transformer.diagnostics.arrays import to_float64
+
+_jax_gradients = weakref.WeakKeyDictionary()  # model -> {loss: its compiled gradient}
 
 
 def _owners(model):
@@ -78,11 +81,18 @@ def _gradients(model, variables, inputs, targets, loss):
         trainable = [v.value for v in model.trainable_variables]
         frozen = [v.value for v in model.non_trainable_variables]
 
-        def compute(trainable_values):
-            outputs, _ = model.stateless_call(trainable_values, frozen, inputs, training=False)
-            return loss(targets, outputs)
+        gradient = _jax_gradients.setdefault(model, {}).get(loss)
+        if gradient is None:
+            owner = weakref.ref(model)  # the cache's value must not keep its key alive
 
-        return jax.grad(compute)(trainable)
+            def compute(trainable_values, frozen_values, batch_inputs, batch_targets):
+                outputs, _ = owner().stateless_call(trainable_values, frozen_values, batch_inputs, training=False)
+                return loss(batch_targets, outputs)
+
+            # Compiled whole, once per model and loss: op by op, JAX compiled ~280
+            # small programs, 13.6 s of a 2-step fit logging every step on a 2-core CPU.
+            gradient = _jax_gradients[model][loss] = jax.jit(jax.grad(compute))
+        return gradient(trainable, frozen, inputs, targets)
     if backend == "torch":
         model.zero_grad()
         value = loss(targets, model(inputs, training=False))
