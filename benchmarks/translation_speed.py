@@ -148,7 +148,7 @@ class _TransformersTranslator:
         from transformers import MarianMTModel
 
         torch.set_num_threads(os.cpu_count())
-        self.model = MarianMTModel.from_pretrained(folder).eval()
+        self.model = MarianMTModel.from_pretrained(folder, local_files_only=True).eval()  # the export just written
         self.tokenizer = tokenizer  # this package's: the ids the model was trained on, both ways
         self.options = dict(num_beams=beam_width, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
                             no_repeat_ngram_size=no_repeat_ngram_size, do_sample=False,

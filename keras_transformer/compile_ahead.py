@@ -20,24 +20,13 @@ import os
 import keras
 import numpy as np
 
+from keras_transformer.train_input import first_batch_of_each_shape
+
 
 def _aval(value):
     import jax
 
     return jax.ShapeDtypeStruct(np.shape(value), jax.dtypes.canonicalize_dtype(np.asarray(value).dtype))
-
-
-def _first_of_each_shape(batches):
-    first = {}
-    for batch in batches:
-        first.setdefault(tuple(np.shape(leaf) for leaf in keras.tree.flatten(batch)), batch)
-    return list(first.values())
-
-
-def _batches(data):
-    if isinstance(data, keras.utils.PyDataset):
-        return (data[i] for i in range(data.num_batches))
-    return iter(data)
 
 
 def train_batch_avals(example, shapes):
@@ -112,7 +101,7 @@ class StepsCompiledAhead(keras.callbacks.Callback):
             return
         import jax
 
-        validation = _first_of_each_shape(_batches(self.validation_data)) if self.validation_data is not None else []
+        validation = first_batch_of_each_shape(self.validation_data) if self.validation_data is not None else []
         if not validation:
             return
         model = self.model

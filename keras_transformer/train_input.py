@@ -81,6 +81,31 @@ def _one_pass(dataset):
     return iter(dataset)
 
 
+def first_batch_of_each_shape(dataset):
+    """One batch of each shape in one pass over `dataset`, as NumPy arrays, in the order the shapes come.
+
+    Args:
+        dataset: a `keras.utils.PyDataset` (its `num_batches`) or any
+            iterable of batches (e.g. a `tf.data.Dataset`).
+
+    Returns:
+        A list of batches, each the structure `dataset` yields.
+
+    Example:
+
+    >>> batches = [(np.ones((2, 8)), np.ones((2, 8))), (np.ones((4, 4)), np.ones((4, 4))),
+    ...            (np.zeros((2, 8)), np.zeros((2, 8)))]
+    >>> [batch[0].shape for batch in first_batch_of_each_shape(batches)]
+    [(2, 8), (4, 4)]
+    """
+    first = {}
+    for batch in _one_pass(dataset):
+        shapes = tuple(np.shape(leaf) for leaf in keras.tree.flatten(batch))
+        if shapes not in first:
+            first[shapes] = keras.tree.map_structure(np.asarray, batch)
+    return list(first.values())
+
+
 def token_statistics(dataset):
     """Batches, real tokens, padding fraction and batch shapes of one pass over a dataset.
 

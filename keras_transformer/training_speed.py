@@ -10,9 +10,9 @@ import statistics
 import time
 
 import keras
-import numpy as np
 
 from keras_transformer import model_flops
+from keras_transformer.train_input import first_batch_of_each_shape
 
 
 class TrainingSpeed(keras.callbacks.Callback):
@@ -218,6 +218,7 @@ class ValidationCompiledFirst(keras.callbacks.Callback):
 
     Example:
 
+    >>> import numpy as np
     >>> x, y = np.zeros((12, 2)), np.zeros((12, 1))
     >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> model.compile("sgd", "mse", jit_compile=True)
@@ -235,14 +236,9 @@ class ValidationCompiledFirst(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if not getattr(self.model, "jit_compile", False) or self.validation_data is None:
             return
-        data = self.validation_data
-        batches = (data[i] for i in range(data.num_batches)) if isinstance(data, keras.utils.PyDataset) else iter(data)
-        first = {}
-        for batch in batches:
-            shapes = tuple(np.shape(leaf) for leaf in keras.tree.flatten(batch))
-            first.setdefault(shapes, keras.tree.map_structure(np.asarray, batch))
+        first = first_batch_of_each_shape(self.validation_data)
         if first:
-            self.model.evaluate(_Batches(list(first.values())), verbose=0)
+            self.model.evaluate(_Batches(first), verbose=0)
         self.compiled = len(first)
 
 

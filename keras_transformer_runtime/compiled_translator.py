@@ -76,23 +76,21 @@ def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_token
            f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
 
 
-def use_compilation_cache(cache, min_compile_seconds=0.0):
+def use_compilation_cache(cache):
     """Points JAX's persistent compilation cache at `cache`'s XLA folder, unless the user set one.
 
-    By default every compiled program is kept (no minimum compile time), so
-    a second process finds each shape of the decoding loop compiled.
+    Every compiled program is kept (no minimum compile time), so a second
+    process finds each shape of the decoding loop compiled.
 
     Args:
         cache: a `ProgramCache`.
-        min_compile_seconds: programs that compiled faster are not kept
-            (`train` keeps its steps, not Keras' many one-operation programs).
     """
     import jax
 
     if jax.config.jax_compilation_cache_dir:
         return
     jax.config.update("jax_compilation_cache_dir", str(cache.xla_directory()))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
