@@ -67,9 +67,9 @@ def rng():
     return np.random.default_rng(0)
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """The output folder of a 2-step `train_translator` run on the fixture corpus."""
+@pytest.fixture(scope="session")
+def _trained_run_once(tmp_path_factory):
+    """The output folder of a 2-step `train_translator` run on the fixture corpus, trained once per worker."""
     from keras_transformer.train_config import TrainConfig
     from keras_transformer.trainer import train_translator
 
@@ -80,4 +80,14 @@ def trained_run(tmp_path_factory):
         warmup_steps=2,
     )
     train_translator(config, verbose=0, log=lambda message: None)
+    return output
+
+
+@pytest.fixture(scope="module")
+def trained_run(_trained_run_once, tmp_path_factory):
+    """A copy of that run for one test file, which may write into it (5-7 s of training saved per file)."""
+    import shutil
+
+    output = tmp_path_factory.mktemp("run") / "run"
+    shutil.copytree(_trained_run_once, output)
     return output

@@ -201,6 +201,8 @@ print(json.dumps(out))
 """
 
 
+# Every backend against the one of backend-independent tests (torch in CI): each pair once, not once per lane.
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("other", [b for b in ("tensorflow", "jax", "torch") if b != keras.backend.backend()])
 def test_n_best_scores_alignments_and_weights_are_the_same_on_every_backend(trained_run, other):
     result = subprocess.run(

@@ -289,6 +289,8 @@ def test_uncached_loop_is_timed_on_its_first_steps_over_the_full_prefix_and_says
     assert "uncached: the first 2 steps timed, each on the full 6-token prefix" in (tmp_path / "results.md").read_text()
 
 
+# The rounding of the report, on times made up: the same under every backend.
+@pytest.mark.backend_independent
 def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
     from benchmarks import phases
     from benchmarks import run
@@ -324,6 +326,8 @@ def test_reference_uncached_loop_gives_the_tokens_of_keras_hubs_cache(rng):
 BLOCK_TENSORFLOW = 'import sys\nsys.modules["tensorflow"] = None\n'
 
 
+# The launching and merging of the per-process rows, whatever the backend measures.
+@pytest.mark.backend_independent
 def test_one_process_per_implementation_gives_the_rows_of_one_process(tmp_path):
     from benchmarks import per_process
     from benchmarks import run
@@ -392,6 +396,8 @@ def _fake_step(implementations, sleep=0.0):
     )]
 
 
+# Stand-in steps (fresh processes that sleep or write rows): no backend runs in them.
+@pytest.mark.backend_independent
 def test_gpu_table_stops_at_its_budget_and_the_next_call_does_only_what_is_left(tmp_path):
     from benchmarks import gpu_table
 

@@ -33,22 +33,30 @@ def test_the_first_hypothesis_is_the_translation(trained_run, beam_width):
 
 def test_scores_are_the_sums_of_the_log_probabilities_the_whole_model_gives(translator):
     translations = translator.n_best(SENTENCES, 3)
+    rows = []  # (source ids, hypothesis, its token ids): every hypothesis of every sentence
     for text, translation in zip(SENTENCES, translations):
         assert 1 <= len(translation.hypotheses) <= 3
-        source = np.asarray(translator.tokenizer.tokenize([text])[0]).reshape(1, -1).astype("int32")
         normalized = [hypothesis.normalized_score for hypothesis in translation.hypotheses]
         assert normalized == sorted(normalized, reverse=True)
+        source = [int(i) for i in np.asarray(translator.tokenizer.tokenize([text])[0]).reshape(-1)]
         for hypothesis in translation.hypotheses:
-            ids = [int(translator.tokenizer.token_to_id(piece)) for piece in hypothesis.tokens]
-            # The whole model on the whole prefix (no cache): one pass, teacher-forced.
-            logits = translator.model({ENCODER_TOKENS: source, DECODER_TOKENS: np.array([[START_ID] + ids[:-1]])})
-            log_probs = keras.ops.convert_to_numpy(keras.ops.log_softmax(mask_forbidden_tokens(
-                keras.ops.cast(logits, "float32")), axis=-1))[0]
-            expected = [float(log_probs[position, token]) for position, token in enumerate(ids)]
-            np.testing.assert_allclose(hypothesis.token_scores, expected, rtol=1e-4, atol=1e-4)
-            assert hypothesis.score == pytest.approx(sum(expected), rel=1e-4, abs=1e-4)
-            penalty = ((5 + len(ids)) / 6) ** translator.length_penalty
-            assert hypothesis.normalized_score == pytest.approx(hypothesis.score / penalty, rel=1e-5)
+            rows.append((source, hypothesis, [int(translator.tokenizer.token_to_id(p)) for p in hypothesis.tokens]))
+    # The whole model on the whole prefixes (no cache): one teacher-forced pass over every hypothesis,
+    # padded after its end (padded sources are masked, the causal mask hides later positions).
+    sources = np.zeros((len(rows), max(len(source) for source, _, _ in rows)), "int32")
+    prefixes = np.zeros((len(rows), max(len(ids) for _, _, ids in rows)), "int32")
+    for row, (source, _, ids) in enumerate(rows):
+        sources[row, : len(source)] = source
+        prefixes[row, : len(ids)] = [START_ID] + ids[:-1]
+    logits = translator.model({ENCODER_TOKENS: sources, DECODER_TOKENS: prefixes})
+    log_probs = keras.ops.convert_to_numpy(keras.ops.log_softmax(mask_forbidden_tokens(
+        keras.ops.cast(logits, "float32")), axis=-1))
+    for row, (_, hypothesis, ids) in enumerate(rows):
+        expected = [float(log_probs[row, position, token]) for position, token in enumerate(ids)]
+        np.testing.assert_allclose(hypothesis.token_scores, expected, rtol=1e-4, atol=1e-4)
+        assert hypothesis.score == pytest.approx(sum(expected), rel=1e-4, abs=1e-4)
+        penalty = ((5 + len(ids)) / 6) ** translator.length_penalty
+        assert hypothesis.normalized_score == pytest.approx(hypothesis.score / penalty, rel=1e-5)
 
 
 def test_the_hypotheses_of_a_source_differ_and_serialize(translator):
