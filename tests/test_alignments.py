@@ -226,6 +226,8 @@ def test_n_best_scores_alignments_and_weights_are_the_same_on_every_backend(trai
                 np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-4)
 
 
+# The command line's printing and drawing; the tokens under it agree on every backend (the test above).
+@pytest.mark.backend_independent
 def test_the_command_line_prints_alignments_json_and_draws_the_map(trained_run, capsys, tmp_path):
     from keras_transformer_cli import main
 
