@@ -81,7 +81,7 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
     def decode(encoder_tokens):
         results = search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
                                  no_repeat_ngram_size=translator.no_repeat_ngram_size,
-                                 return_cross_attention=bool(n_best and cross_attention))
+                                 return_cross_attention=bool(n_best and cross_attention), grow_caches=True)
         if not n_best:
             return results
         (tokens, scores, normalized, token_scores), steps, *weights = results

@@ -13,6 +13,7 @@ from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding import greedy_search_uncached
+from tests.conftest import to_numpy
 
 SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16]], "int32")
 
@@ -188,6 +189,30 @@ def test_beam_search_whose_caches_grow_gives_the_host_loops_tokens(model, jit_co
     assert found.shape[1] > 16, "the test needs a search that reaches the last cache length"
     np.testing.assert_array_equal(found, _host_beam(decoder, SOURCE, 3, 0.6, 23))
 
+
+def test_greedy_search_whose_caches_grow_gives_the_host_loops_tokens_and_attention(model, monkeypatch):
+    # What the compiled engine's greedy program runs (grow_caches=True): caches of 4, 8, 16 and 23
+    # positions, with the loop guard and the recorded cross-attention of the plain loop.
+    from keras_transformer.decoding import sampler
+    from keras_transformer.decoding.choices import GreedyChoice
+
+    monkeypatch.setattr(sampler, "FIRST_CACHE_LENGTH", 4)
+    decoder = CachedDecoder(model)
+    lengths = []
+    plain_grow = decoder.grow
+    decoder.grow = lambda state, length: lengths.append(length) or plain_grow(state, length)
+    source = keras.ops.convert_to_tensor(SOURCE)
+    runs = {grow: sampler.search_tensors(decoder, source, GreedyChoice(), 23, stop_at_end=False,
+                                         no_repeat_ngram_size=3, return_cross_attention=True, grow_caches=grow)
+            for grow in (False, True)}
+    (plain, steps, plain_weights), (grown, grown_steps, grown_weights) = runs[False], runs[True]
+    assert int(to_numpy(steps)) == int(to_numpy(grown_steps)) == 23
+    assert lengths == [8, 16, 23]  # grown when asked only
+    np.testing.assert_array_equal(to_numpy(grown), to_numpy(plain))
+    np.testing.assert_allclose(to_numpy(grown_weights), to_numpy(plain_weights), atol=1e-6)
+    host = _host_greedy(decoder, SOURCE, 23, stop_at_end=False)
+    np.testing.assert_array_equal(to_numpy(sampler.search_tensors(
+        decoder, source, GreedyChoice(), 23, stop_at_end=False, grow_caches=True)[0]), host)
 
 def test_beam_search_with_finished_hypotheses_gives_the_host_loops_tokens():
     keras.utils.set_random_seed(3)
