@@ -190,9 +190,10 @@ def test_beam_search_whose_caches_grow_gives_the_host_loops_tokens(model, jit_co
     np.testing.assert_array_equal(found, _host_beam(decoder, SOURCE, 3, 0.6, 23))
 
 
-def test_greedy_search_whose_caches_grow_gives_the_host_loops_tokens_and_attention(model, monkeypatch):
+def test_greedy_search_whose_caches_grow_gives_the_plain_loops_tokens_and_attention(model, monkeypatch):
     # What the compiled engine's greedy program runs (grow_caches=True): caches of 4, 8, 16 and 23
-    # positions, with the loop guard and the recorded cross-attention of the plain loop.
+    # positions give the tokens and recorded cross-attention of the one-loop search (itself checked
+    # against the host loop above), with the loop guard on.
     from keras_transformer.decoding import sampler
     from keras_transformer.decoding.choices import GreedyChoice
 
@@ -210,9 +211,7 @@ def test_greedy_search_whose_caches_grow_gives_the_host_loops_tokens_and_attenti
     assert lengths == [8, 16, 23]  # grown when asked only
     np.testing.assert_array_equal(to_numpy(grown), to_numpy(plain))
     np.testing.assert_allclose(to_numpy(grown_weights), to_numpy(plain_weights), atol=1e-6)
-    host = _host_greedy(decoder, SOURCE, 23, stop_at_end=False)
-    np.testing.assert_array_equal(to_numpy(sampler.search_tensors(
-        decoder, source, GreedyChoice(), 23, stop_at_end=False, grow_caches=True)[0]), host)
+
 
 def test_beam_search_with_finished_hypotheses_gives_the_host_loops_tokens():
     keras.utils.set_random_seed(3)
