@@ -138,6 +138,9 @@ class _AdaptersAtStart(keras.callbacks.Callback):
         self.largest = [float(np.abs(keras.ops.convert_to_numpy(a)).max()) for a in factors]
 
 
+# The trainer's resume logic (re-started adapter factors); LoRA's numbers on each backend: the tests above
+# and tests/test_lora.py.
+@pytest.mark.backend_independent
 def test_a_resumed_lora_run_keeps_learning(trained_run, kjv, tmp_path):
     output = tmp_path / "lora"
     train_translator(_fine_tuning(trained_run, kjv, output, lora_rank=2, dev_bleu_sentences=0), **_QUIET)

@@ -77,6 +77,8 @@ def test_more_hypotheses_than_the_beam_keeps_are_refused(translator, n):
         translator.n_best(SENTENCES, n)
 
 
+# The command line's printing, against the Python API's lists (checked on every backend above).
+@pytest.mark.backend_independent
 def test_the_command_line_prints_n_best_lines_and_json_lines_that_match_python(trained_run, capsys):
     import json
 
