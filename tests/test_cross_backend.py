@@ -21,6 +21,9 @@ np.save(sys.argv[3], keras.ops.convert_to_numpy(model(batch)))
 """
 
 
+# A fresh process of each other backend (5-11 s, most of it importing that backend): CI runs it
+# under every backend (end_to_end), and the lower-bound job with the oldest JAX.
+@pytest.mark.end_to_end
 @pytest.mark.parametrize(
     "other", [b for b in BACKENDS if b != keras.backend.backend()]
 )
