@@ -209,11 +209,12 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         return_cross_attention: bool, also return the cross-attention
             weights of the returned rows (a `CachedDecoder` only; see
             `DecoderState.cross_attention`).
-        grow_caches: bool, the self-attention caches start at
+        grow_caches: bool or None, the self-attention caches start at
             `FIRST_CACHE_LENGTH` positions and double between loops
             (`cache_phases`), where a decoder can grow them; None (the
-            default): for beams only. Greedy search then runs faster (1.09x
-            on the README's model, 605 test sentences, 2-core CPU) but
+            default): for beams only. Greedy search then runs faster (1.04x
+            and 1.09x in two runs on the README's model, 605 test sentences,
+            2-core CPU; benchmarks/results/cpu-greedy-cache-phases) but
             compiles about 1.5x longer: the compiled engine, whose compiled
             code is kept, asks for it; training's dev BLEU does not.
 
