@@ -143,7 +143,7 @@ def main(argv=None):
     import keras
 
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
     from keras_transformer_runtime.alignment import ALIGNMENT_LAYER
 
     splits = ParallelCorpus().read()

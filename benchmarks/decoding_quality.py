@@ -6,7 +6,7 @@ Translates the test and held-out splits of the embedded corpus with every
 combination of beam width (1, 4) and `no_repeat_ngram_size` (0 = off, 3, 4),
 beam search with each of `--length-penalties` (alpha, 0.6 by default),
 and scores them with sacrebleu (2 references) and
-`keras_transformer.evaluation.loop_rate` (the share of translations in which
+`keras_transformer.translation.evaluation.loop_rate` (the share of translations in which
 a word or a phrase of up to 3 words occurs 4 times in a row). Writes
 `results.json` and `results.md` to `--out`. `--splits dev` measures on
 the split that settings should be chosen on.
@@ -18,8 +18,8 @@ import os
 import time
 
 from keras_transformer.data.corpus import load_bible_pairs
-from keras_transformer.evaluation import evaluate_pairs
-from keras_transformer.translator import Translator
+from keras_transformer.translation.evaluation import evaluate_pairs
+from keras_transformer.translation.translator import Translator
 
 SETTINGS = ((1, 0), (1, 3), (1, 4), (4, 0), (4, 3), (4, 4))
 

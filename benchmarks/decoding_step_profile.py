@@ -68,7 +68,7 @@ def main(argv=None):
     from keras_transformer.decoding.choices import BeamChoice
     from keras_transformer.decoding.choices import GreedyChoice
     from keras_transformer.decoding.sampler import run_search
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     if keras.backend.backend() != "jax":
         raise SystemExit("decoding_step_profile needs KERAS_BACKEND=jax (its profiler names XLA's thunks).")

@@ -94,7 +94,7 @@ def main(argv=None):
     for reference, folder in data.items():
         write_bible_tsv(folder, reference)
     start_config = json.load(open(os.path.join(args.start, "config.json")))
-    from keras_transformer.fine_tuning import FINE_TUNING_DEFAULTS
+    from keras_transformer.training.fine_tuning import FINE_TUNING_DEFAULTS
 
     variants = {name: flags for name, flags in DEFAULT_VARIANTS.items() if not args.only or name in args.only}
     variants.update(dict(text.split("=", 1) for text in args.variant))

@@ -306,9 +306,9 @@ class _LossEvery(keras.callbacks.Callback):
 
 def check_training(output, steps=300, steps_per_epoch=25, preset="base", log=print, **overrides):
     """Trains the preset in bfloat16 with the package's trainer; returns `(ok, curve, summary)`."""
-    from keras_transformer.train_config import TrainConfig
+    from keras_transformer.training.train_config import TrainConfig
     from keras_transformer.errors import UserInputError
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.trainer import train_translator
 
     settings = dict(preset=preset, mixed_precision="bfloat16", epochs=steps // steps_per_epoch,
                     steps_per_epoch=steps_per_epoch)
@@ -335,7 +335,7 @@ def check_decoding(output, sentences=16, max_new_tokens=32, log=print):
     from keras_transformer.decoding import CachedDecoder
     from keras_transformer.decoding import greedy_search
     from keras_transformer.decoding import greedy_search_uncached
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_directory(output)
     pairs = corpus.load_bible_pairs("dev")[:sentences]

@@ -33,8 +33,8 @@ def main(argv=None):
     from keras_transformer.decoding import GreedyChoice
     from keras_transformer.decoding.sampler import search_tensors
     from keras_transformer.decoding.sampler import with_variable_values
-    from keras_transformer.translator import DEFAULT_BEAM_WIDTH
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import DEFAULT_BEAM_WIDTH
+    from keras_transformer.translation.translator import Translator
 
     if keras.backend.backend() != "jax":
         parser.error("lowers with jax.jit: run it with KERAS_BACKEND=jax.")

@@ -15,7 +15,7 @@ import threading
 
 import keras
 
-from keras_transformer import model_flops as flops
+from keras_transformer.training import model_flops as flops
 from keras_transformer.machine import describe_cpu
 
 

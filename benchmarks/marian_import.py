@@ -60,7 +60,7 @@ def measure(work):
 
     import keras
 
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_directory(str(run))
     tokenizer = translator.tokenizer

@@ -47,7 +47,7 @@ def measure(run, work, limit=None):
     import keras
 
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     exported = work / "marian"
     start = time.perf_counter()

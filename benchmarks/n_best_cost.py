@@ -69,7 +69,7 @@ def main(argv=None):
     import keras
 
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     texts = [pair.source for pair in ParallelCorpus().read()[args.split]]
     translator = Translator.from_directory(args.model, beam_width=args.beam)

@@ -62,7 +62,7 @@ def _peak_rss_mb():
 
 
 def _config(corpus, output, stream, steps, input_pipeline="auto"):
-    from keras_transformer.train_config import TrainConfig
+    from keras_transformer.training.train_config import TrainConfig
 
     return TrainConfig(
         output=output, corpus=corpus, stream=stream, preset="tiny", epochs=1, steps_per_epoch=steps,
@@ -74,7 +74,7 @@ def _config(corpus, output, stream, steps, input_pipeline="auto"):
 def child_train(corpus, stream, steps, output, input_pipeline="auto"):
     import keras
 
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.trainer import train_translator
 
     start = time.perf_counter()
     log, steps_done = [], []

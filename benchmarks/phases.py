@@ -19,7 +19,7 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer import model_flops as flops
+from keras_transformer.training import model_flops as flops
 from benchmarks.machine import PeakMemory
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import KerasHubCachedDecoder

@@ -25,8 +25,8 @@ import json
 import os
 import time
 
-from keras_transformer.evaluation import evaluate_pairs
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.translation.evaluation import evaluate_pairs
+from keras_transformer.training.train_config import TrainConfig
 
 SPLITS = ("test", "heldout")
 
@@ -73,15 +73,15 @@ def parse_variant(text):
 
 def run_variant(name, settings, out, log=print):
     """Trains one variant (unless finished) and scores it; returns its row."""
-    from keras_transformer import run_folder
+    from keras_transformer.training import run_folder
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     output = os.path.join(out, name)
     summary_path = os.path.join(output, run_folder.SUMMARY_FILE)
     config = TrainConfig(output=output, **settings)
     if not os.path.exists(summary_path):
-        from keras_transformer.trainer import train_translator
+        from keras_transformer.training.trainer import train_translator
 
         train_translator(config, verbose=2, log=log)
     summary = run_folder.read_json(summary_path)
@@ -105,7 +105,7 @@ def prune(output):
     """Deletes a run folder's model, backups and checkpoints; keeps what is small."""
     import shutil
 
-    from keras_transformer import run_folder
+    from keras_transformer.training import run_folder
 
     for folder in (run_folder.BACKUP_FOLDER, run_folder.CHECKPOINT_FOLDER):
         shutil.rmtree(os.path.join(output, folder), ignore_errors=True)

@@ -18,7 +18,7 @@ import collections
 import keras
 import numpy as np
 
-from keras_transformer import model_flops as flops
+from keras_transformer.training import model_flops as flops
 from benchmarks.machine import describe_device
 from benchmarks.machine import limit_threads
 from benchmarks.reference_models import CONFIGS

@@ -37,7 +37,7 @@ from benchmarks.per_process import REPOSITORY
 from benchmarks.per_process import stop_process_group
 
 BACKENDS = ("jax", "torch", "tensorflow")
-# keras_transformer.run_folder's BACKUP_FOLDER, CHECKPOINT_FOLDER and
+# keras_transformer.training.run_folder's BACKUP_FOLDER, CHECKPOINT_FOLDER and
 # MODEL_FILE (not imported: it imports Keras; a test checks they agree). A
 # variant that failed or was stopped keeps them, and the base model's backup
 # alone is over what a device call may send back (16 MiB a file).

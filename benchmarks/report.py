@@ -227,7 +227,7 @@ def markdown_table(report):
         lines += _statistic_table(report, statistic)
     lines.append(
         f"Memory: {results[0].get('memory', {}).get('method', 'n/a')}. "
-        f"FLOPs per step from `keras_transformer/model_flops.py` (matmuls, 3x forward)."
+        f"FLOPs per step from `keras_transformer/training/model_flops.py` (matmuls, 3x forward)."
     )
     return "\n".join(lines) + "\n"
 

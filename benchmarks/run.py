@@ -48,7 +48,7 @@ with `--threads 1`).
   Under `tf.function` or `jax.jit` that is the number of new traces and
   must be 0; torch without `--jit-compile` runs eagerly, so there is
   nothing to retrace and the count is not reported.
-- FLOPs per step (`keras_transformer.model_flops`), achieved FLOP/s and, on a GPU whose
+- FLOPs per step (`keras_transformer.training.model_flops`), achieved FLOP/s and, on a GPU whose
   bf16 peak is known, model FLOPs utilization (MFU).
 
 Writes `results.json` (every repeat, the settings) and `results.md`
@@ -84,7 +84,7 @@ from benchmarks.phases import warm_up_process
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import IMPLEMENTATIONS
 from benchmarks.report import write_report
-from keras_transformer.train_config import check_jit_compile
+from keras_transformer.training.train_config import check_jit_compile
 
 QUICK = dict(
     config="quick", seq_len=[16], repeats=2, steps=2, batch_tokens=256, decode_batch=2, new_tokens=8, encode_repeats=2

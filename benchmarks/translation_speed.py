@@ -198,22 +198,22 @@ def _translator(args, loop, beam, batch_size=None):
         return load_compiled_translator(args.model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
                                         **sized)
     if loop in ("default", "compiled", "keras-int8", "keras-int4"):
-        from keras_transformer.translator import Translator
+        from keras_transformer.translation.translator import Translator
 
         translator = Translator.from_directory(args.model, beam_width=beam, **LOOPS[loop], **sized)
         if loop.startswith("keras-"):
             translator.model.quantize(loop.split("-")[1])
         return translator
     if loop == "savedmodel":
-        from keras_transformer.export import export_translator
+        from keras_transformer.translation.export import export_translator
 
         path = os.path.join(_export_folder(), "savedmodel")
         if not os.path.isdir(path):
             export_translator(args.model, path)
         return _SavedModelTranslator(path)
     if loop == "transformers":
-        from keras_transformer.checkpoints.marian_export import export_marian
-        from keras_transformer.translator import Translator
+        from keras_transformer.checkpoints.marian.export import export_marian
+        from keras_transformer.translation.translator import Translator
 
         path = os.path.join(_export_folder(), "marian")
         if not os.path.isdir(path):
@@ -221,8 +221,8 @@ def _translator(args, loop, beam, batch_size=None):
         ours = Translator.from_directory(args.model, beam_width=beam)
         return _TransformersTranslator(path, ours.tokenizer, beam, ours.max_new_tokens, float(ours.length_penalty),
                                        ours.no_repeat_ngram_size, **sized)
-    from keras_transformer.ctranslate2_model import CTranslate2Translator
-    from keras_transformer.ctranslate2_model import export_ctranslate2
+    from keras_transformer.translation.ctranslate2_model import CTranslate2Translator
+    from keras_transformer.translation.ctranslate2_model import export_ctranslate2
 
     path = os.path.join(_export_folder(), "ctranslate2")
     if not os.path.isdir(path):
@@ -239,7 +239,7 @@ def measure(args, log=print):
     import keras
 
     from keras_transformer.data.corpus import load_bible_pairs
-    from keras_transformer.evaluation import score_translations
+    from keras_transformer.translation.evaluation import score_translations
 
     pairs = load_bible_pairs(args.split)[: args.sentences]
     sources, references = [pair.source for pair in pairs], [pair.references for pair in pairs]

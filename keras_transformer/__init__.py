@@ -16,5 +16,6 @@ from keras_transformer import layers
 from keras_transformer import lora
 from keras_transformer import models
 from keras_transformer import training
+from keras_transformer import translation
 
 __version__ = "0.1.0"

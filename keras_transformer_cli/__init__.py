@@ -33,7 +33,7 @@ from keras_transformer_cli.commands import ABLATE_SETTINGS
 
 PROG = "keras-transformer"
 VERBOSE_VARIABLE = "KERAS_TRANSFORMER_VERBOSE"
-# The choices of `train --preset`; `keras_transformer.presets.PRESETS`
+# The choices of `train --preset`; `keras_transformer.training.presets.PRESETS`
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
 # Translator's DEFAULT_NO_REPEAT_NGRAM_SIZE, DEFAULT_BEAM_WIDTH and
@@ -41,10 +41,10 @@ PRESET_NAMES = ("tiny", "small", "base", "big")
 NO_REPEAT_NGRAM = 3
 BEAM_WIDTH = 4
 BATCH_SIZE = "auto"
-# keras_transformer.ctranslate2_model.QUANTIZATIONS (a test checks they agree).
+# keras_transformer.translation.ctranslate2_model.QUANTIZATIONS (a test checks they agree).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                              "float32")
-# keras_transformer.fine_tuning.FINE_TUNING_DEFAULTS and LORA_DEFAULTS (a test checks they agree).
+# keras_transformer.training.fine_tuning.FINE_TUNING_DEFAULTS and LORA_DEFAULTS (a test checks they agree).
 FINE_TUNING_SUMMARY = "3 x 100 steps, 50 warm-up steps, peak learning rate 0.002"
 LORA_LEARNING_RATE = 1e-2
 LORA_TARGETS = ("query", "value", "embeddings")
@@ -419,7 +419,7 @@ def build_parser():
 
 
 def _in_a_job_of_several_processes():
-    package = sys.modules.get("keras_transformer.distribute")
+    package = sys.modules.get("keras_transformer.training.distribute")
     return package is not None and package.in_a_job()
 
 

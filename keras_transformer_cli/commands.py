@@ -13,8 +13,8 @@ import sys
 
 def train(args, out):
     """`train`: `train_translator` on the flags' `TrainConfig`; prints the summary to `out`."""
-    from keras_transformer.train_config import TrainConfig
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.train_config import TrainConfig
+    from keras_transformer.training.trainer import train_translator
 
     not_config = ("command", "overwrite", "handler", "verbose", "start_keras")
     options = {k: v for k, v in vars(args).items() if k not in not_config}
@@ -73,7 +73,7 @@ def _translator(args):
                   file=sys.stderr, flush=True)
             args.start_keras()
     from keras_transformer.errors import UserInputError
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
     from keras_transformer_runtime.timings import phase
 
     try:
@@ -95,7 +95,7 @@ def _compiled_translator(args):
         print("keras-transformer: compiling the model's decoding program into the cache "
               "(once per model and setting; later calls start in about a second)", file=sys.stderr, flush=True)
         args.start_keras()
-        from keras_transformer.translation_program import write_translation_program
+        from keras_transformer.translation.translation_program import write_translation_program
 
         try:
             write_translation_program(*arguments, **settings)
@@ -225,10 +225,10 @@ def _draw_attention_map(translation, args):
 
 def evaluate(args, out):
     """`evaluate`: BLEU and chrF on a split; prints a table to `out` and writes a JSON beside the model."""
-    from keras_transformer import run_folder
+    from keras_transformer.training import run_folder
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.evaluation import evaluate_pairs
-    from keras_transformer.train_config import CORPUS_FIELDS
+    from keras_transformer.translation.evaluation import evaluate_pairs
+    from keras_transformer.training.train_config import CORPUS_FIELDS
     from keras_transformer_runtime.timings import phase
 
     # The run's own corpus and splits, unless a flag says otherwise.
@@ -281,14 +281,15 @@ def export(args, out):
     or with `--format ctranslate2` a CTranslate2 model (any backend)."""
     import subprocess
 
-    from keras_transformer import run_folder
+    from keras_transformer import model_file
     from keras_transformer.errors import UserInputError
+    from keras_transformer.training import run_folder
 
     _check_export_folder(args)
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, out)
     if args.format == "marian":
-        from keras_transformer.checkpoints.marian_export import export_marian
+        from keras_transformer.checkpoints.marian.export import export_marian
 
         config = export_marian(args.model, args.out, force=args.force)
         print(f"Hugging Face Marian folder written to {args.out} ({config['encoder_layers']}+{config['decoder_layers']} "
@@ -304,7 +305,7 @@ def export(args, out):
         raise UserInputError(
             f"--model {args.model!r} holds no {run_folder.MODEL_FILE}: pass the --output folder of a training run."
         )
-    run_folder.check_model_archive(model_path)
+    model_file.check_model_archive(model_path)
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -319,7 +320,7 @@ def export(args, out):
         if result.returncode:
             raise UserInputError(f"export under the TensorFlow backend failed (exit code {result.returncode}).")
         return
-    from keras_transformer.export import export_translator
+    from keras_transformer.translation.export import export_translator
 
     from keras_transformer_runtime.timings import phase
 
@@ -356,7 +357,7 @@ def _export_ctranslate2(args, out):
     if args.quantize:
         raise UserInputError("--quantize is Keras' quantization, for the SavedModel; a CTranslate2 model takes "
                              "--quantization int8 (or quantizes when it loads).")
-    from keras_transformer.ctranslate2_model import export_ctranslate2
+    from keras_transformer.translation.ctranslate2_model import export_ctranslate2
 
     from keras_transformer_runtime.timings import phase
 
@@ -364,7 +365,7 @@ def _export_ctranslate2(args, out):
         empty = os.path.isdir(args.out) and not os.listdir(args.out)
         export_ctranslate2(args.model, args.out, quantization=args.quantization, force=args.force or empty)
     print(f"CTranslate2 model written to {args.out} ({args.quantization or 'float32'} weights; translate with "
-          "keras_transformer.ctranslate2_model.CTranslate2Translator, or ctranslate2.Translator)", file=out)
+          "keras_transformer.translation.ctranslate2_model.CTranslate2Translator, or ctranslate2.Translator)", file=out)
 
 
 def importable(name):
@@ -393,7 +394,7 @@ def ablate(args, out):
     """`ablate`: `run_ablation` on the flags' settings; prints the table to `out`."""
     import dataclasses
 
-    from keras_transformer import ablation
+    from keras_transformer.training import ablation
     from keras_transformer.errors import UserInputError
 
     try:

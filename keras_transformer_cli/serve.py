@@ -159,7 +159,7 @@ def _keras_loader(args):
     """`(load_translator, engine words)` for the Keras model: one `Translator` a beam width, both alignments."""
     import keras
 
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     loaded = {}
 

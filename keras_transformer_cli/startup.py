@@ -67,7 +67,7 @@ def start_keras(args, verbose):
         import keras_transformer  # noqa: F401
 
         if args.command == "train":
-            from keras_transformer import distribute
+            from keras_transformer.training import distribute
 
             distribute.join_processes()
         keras.ops.convert_to_numpy(keras.ops.zeros(()))  # the backend's first device starts here (cuInit, ...)

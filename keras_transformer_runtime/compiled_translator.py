@@ -1,6 +1,6 @@
 """A trained run's decoding loop as a cached XLA program, run with JAX alone: no Keras.
 
-`keras_transformer.translation_program.write_translation_program` exports
+`keras_transformer.translation.translation_program.write_translation_program` exports
 the whole decoding loop of a run (greedy or beam search on the KV cache,
 the loop guard included) with `jax.export`, for any batch size and source
 length, and writes it with the weights into a `ProgramCache` entry.
@@ -269,7 +269,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
             length_penalty=..., no_repeat_ngram_size=..., n_best=...,
             cross_attention=...)` when the entry
             lacks the weights or this setting's program: it writes them
-            (`keras_transformer.translation_program.write_translation_program`,
+            (`keras_transformer.translation.translation_program.write_translation_program`,
             which needs Keras on JAX). None: a miss returns None.
         log: callable taking one line (e.g. "translation program: from the cache"); None logs nothing.
 

@@ -1,6 +1,6 @@
 """The names of the files a training run leaves that translating reads.
 
-`keras_transformer.run_folder` describes the whole folder; these are here
+`keras_transformer.training.run_folder` describes the whole folder; these are here
 so that code which runs without Keras names them the same way. A run
 trained here holds one SentencePiece vocabulary (`vocabulary.spm`); a run
 imported from a Hugging Face Marian model holds Marian's two SentencePiece

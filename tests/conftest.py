@@ -70,8 +70,8 @@ def rng():
 @pytest.fixture(scope="session")
 def _trained_run_once(tmp_path_factory):
     """The output folder of a 2-step `train_translator` run on the fixture corpus, trained once per worker."""
-    from keras_transformer.train_config import TrainConfig
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.train_config import TrainConfig
+    from keras_transformer.training.trainer import train_translator
 
     output = tmp_path_factory.mktemp("run")
     config = TrainConfig(

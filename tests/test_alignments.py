@@ -19,7 +19,7 @@ from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding import n_best_search
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime import alignment
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import START_ID
@@ -192,7 +192,7 @@ def test_a_front_end_of_one_translation_an_input_says_what_gives_attention(train
 
 RUN_IN_ANOTHER_BACKEND = """
 import json, sys
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 out = {}
 for beam in (1, 4):
     translator = Translator.from_directory(sys.argv[1], max_new_tokens=8, beam_width=beam)

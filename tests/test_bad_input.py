@@ -24,7 +24,7 @@ from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.layers.input_checks import is_concrete
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 VOCABULARY = 40
 MAX_LENGTH = 8

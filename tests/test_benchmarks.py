@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURE_CORPUS
 from conftest import to_numpy
 
-from keras_transformer import model_flops as flops
+from keras_transformer.training import model_flops as flops
 from benchmarks.reference_models import CONFIGS
 from benchmarks.reference_models import IMPLEMENTATIONS
 from benchmarks.reference_models import KerasHubCachedDecoder

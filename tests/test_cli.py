@@ -12,11 +12,11 @@ import pytest
 
 import keras_transformer_cli as cli
 from keras_transformer_cli import commands
-from keras_transformer.presets import ACCELERATOR_TRAINING_DEFAULTS
-from keras_transformer.presets import DEFAULT_PRESET
-from keras_transformer.presets import PRESETS
-from keras_transformer.presets import TRAINING_DEFAULTS
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training.presets import ACCELERATOR_TRAINING_DEFAULTS
+from keras_transformer.training.presets import DEFAULT_PRESET
+from keras_transformer.training.presets import PRESETS
+from keras_transformer.training.presets import TRAINING_DEFAULTS
+from keras_transformer.training.train_config import TrainConfig
 from conftest import FIXTURE_CORPUS
 
 pytestmark = pytest.mark.backend_independent
@@ -87,9 +87,9 @@ def test_the_parsers_defaults_are_the_configs():
 
 
 def test_the_decoding_defaults_are_the_translators():
-    from keras_transformer.translator import DEFAULT_BATCH_SIZE
-    from keras_transformer.translator import DEFAULT_BEAM_WIDTH
-    from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+    from keras_transformer.translation.translator import DEFAULT_BATCH_SIZE
+    from keras_transformer.translation.translator import DEFAULT_BEAM_WIDTH
+    from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
 
     for verb in (["translate", "--model", "m"], ["evaluate", "--model", "m"]):
         arguments = cli.build_parser().parse_args(verb)
@@ -99,7 +99,7 @@ def test_the_decoding_defaults_are_the_translators():
 
 
 def test_ablate_help_names_the_settings_defaults():
-    from keras_transformer import ablation
+    from keras_transformer.training import ablation
 
     full, quick = ablation.AblationSettings(), ablation.QUICK
     for key, text in cli.ABLATE_SETTINGS.items():
@@ -169,7 +169,7 @@ def test_evaluate_to_a_pipe_sends_the_progress_bar_to_stderr(trained_run, tmp_pa
 
 
 def test_translator_warns_only_for_mostly_unknown_input(trained_run):
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_directory(str(trained_run))
     with pytest.warns(UserWarning, match=r"mostly unknown .*'我爱你中国': 5 of 5 characters \(100%\)"):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.compile_ahead import StepsCompiledAhead
+from keras_transformer.training.compile_ahead import StepsCompiledAhead
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's persistent compilation cache")
 

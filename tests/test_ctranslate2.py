@@ -12,14 +12,14 @@ import pytest
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer import run_folder  # noqa: E402
-from keras_transformer.ctranslate2_model import CTranslate2Translator  # noqa: E402
-from keras_transformer.ctranslate2_model import export_ctranslate2  # noqa: E402
+from keras_transformer.training import run_folder  # noqa: E402
+from keras_transformer.translation.ctranslate2_model import CTranslate2Translator  # noqa: E402
+from keras_transformer.translation.ctranslate2_model import export_ctranslate2  # noqa: E402
 from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer  # noqa: E402
 from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer  # noqa: E402
 from keras_transformer_runtime.special_tokens import END_ID  # noqa: E402
 from keras_transformer_runtime.special_tokens import START_ID  # noqa: E402
-from keras_transformer.translator import Translator  # noqa: E402
+from keras_transformer.translation.translator import Translator  # noqa: E402
 
 from conftest import FIXTURE_CORPUS  # noqa: E402
 
@@ -125,7 +125,7 @@ def test_the_cli_exports_a_trained_run_that_translates_in_beams_and_in_int8(trai
 
 
 def test_a_model_ctranslate2_cannot_hold_is_refused_with_the_reason(tmp_path):
-    from keras_transformer.ctranslate2_model import transformer_spec
+    from keras_transformer.translation.ctranslate2_model import transformer_spec
 
     concat = kt.models.transformer(20, 20, num_layers=1, d_model=16, num_heads=2, ff_dim=32, max_length=8,
                                    merge="concat", position_dim=8)
@@ -141,6 +141,6 @@ def test_a_model_ctranslate2_cannot_hold_is_refused_with_the_reason(tmp_path):
 
 def test_the_cli_and_the_package_offer_the_same_quantizations():
     import keras_transformer_cli as cli
-    from keras_transformer.ctranslate2_model import QUANTIZATIONS
+    from keras_transformer.translation.ctranslate2_model import QUANTIZATIONS
 
     assert cli.CTRANSLATE2_QUANTIZATIONS == QUANTIZATIONS

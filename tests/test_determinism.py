@@ -79,8 +79,8 @@ def test_the_seed_is_what_decides_the_initial_weights():
 def test_train_translator_is_reproducible_from_its_seed(tmp_path):
     """The whole job, twice from scratch: identical per-step losses (~1 min a run on CPU)."""
     from conftest import FIXTURE_CORPUS
-    from keras_transformer.train_config import TrainConfig
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.train_config import TrainConfig
+    from keras_transformer.training.trainer import train_translator
 
     curves = []
     for run in ("a", "b"):

@@ -31,8 +31,8 @@ import keras
 import pytest
 
 import keras_transformer_cli as cli
-from keras_transformer import distribute
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training import distribute
+from keras_transformer.training.train_config import TrainConfig
 from keras_transformer.errors import UserInputError
 
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
@@ -50,8 +50,8 @@ if os.environ["KERAS_BACKEND"] == "tensorflow":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import train_translator
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import train_translator
 
 class Record(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 from conftest import FIXTURE_CORPUS as FIXTURE
 TEXTS = [

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from conftest import FIXTURE_CORPUS
 
-from keras_transformer import run_folder
+from keras_transformer import model_file
 from keras_transformer.data.bible_tsv import write_bible_tsv
 from keras_transformer.errors import UserInputError
-from keras_transformer.fine_tuning import resolved_config
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import train_translator
+from keras_transformer.training.fine_tuning import resolved_config
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import train_translator
 
 _QUIET = dict(verbose=0, log=lambda message: None)
 
@@ -44,7 +44,7 @@ def _fine_tuning(start, kjv, output, **options):
 
 
 def _weights(path):
-    model = run_folder.load_model(str(path), compile=False)
+    model = model_file.load_model(str(path), compile=False)
     return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
 
 
@@ -76,7 +76,7 @@ def test_a_fine_tuning_run_starts_from_the_trained_weights_and_vocabulary(traine
 
 @pytest.mark.backend_independent
 def test_fine_tuning_changes_the_weights_and_takes_the_fine_tuning_defaults(trained_run, kjv, tmp_path):
-    from keras_transformer.fine_tuning import FINE_TUNING_DEFAULTS
+    from keras_transformer.training.fine_tuning import FINE_TUNING_DEFAULTS
 
     config = resolved_config(_fine_tuning(trained_run, kjv, tmp_path / "ft", epochs=None, steps_per_epoch=None,
                                           warmup_steps=None))
@@ -101,7 +101,7 @@ def test_lora_trains_the_adapters_only_and_saves_a_plain_model(trained_run, kjv,
         changed = not np.array_equal(after[path], before[path])
         assert changed == (path in adapted), path
 
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translations = Translator.from_directory(str(tmp_path / "lora"), beam_width=1)(["Y dijo Dios."])
     assert len(translations) == 1 and isinstance(translations[0], str)
@@ -216,25 +216,25 @@ def test_a_corpus_the_vocabulary_cannot_spell_is_refused(trained_run, tmp_path):
 
 @pytest.mark.backend_independent
 def test_the_vocabulary_share_is_logged_and_a_high_one_warns(trained_run, kjv, tmp_path):
-    from keras_transformer import train_input
+    from keras_transformer.training import vocabulary_coverage
     from keras_transformer.data.parallel_corpus import ParallelCorpus
 
     pairs = ParallelCorpus(kjv["train"]).read()["train"]
     lines = []
-    shares = train_input.check_vocabulary_covers(pairs, str(trained_run), lines.append)
-    assert all(0.0 <= share < train_input.UNKNOWN_WARNING for share in shares)
+    shares = vocabulary_coverage.check_vocabulary_covers(pairs, str(trained_run), lines.append)
+    assert all(0.0 <= share < vocabulary_coverage.UNKNOWN_WARNING for share in shares)
     assert "unknown to it" in lines[0]
     odd = [dataclasses.replace(pair, target=pair.target + " ☃☃☃☃☃☃☃☃☃☃") for pair in pairs]
     with pytest.warns(UserWarning, match="cannot spell"):
-        train_input.check_vocabulary_covers(odd, str(trained_run), lines.append)
+        vocabulary_coverage.check_vocabulary_covers(odd, str(trained_run), lines.append)
 
 
 @pytest.mark.backend_independent
 def test_the_command_line_states_the_fine_tuning_defaults():
     import keras_transformer_cli as cli
-    from keras_transformer.fine_tuning import FINE_TUNING_DEFAULTS
-    from keras_transformer.fine_tuning import LORA_DEFAULTS
-    from keras_transformer.fine_tuning import LORA_TARGETS
+    from keras_transformer.training.fine_tuning import FINE_TUNING_DEFAULTS
+    from keras_transformer.training.fine_tuning import LORA_DEFAULTS
+    from keras_transformer.training.fine_tuning import LORA_TARGETS
 
     defaults = FINE_TUNING_DEFAULTS
     assert cli.FINE_TUNING_SUMMARY == (

@@ -137,7 +137,7 @@ def test_a_recipe_race_scores_variants_side_by_side_and_reports_a_failed_one(tmp
 @pytest.mark.backend_independent
 def test_a_recipe_race_stops_what_outlasts_its_budget_and_prunes_every_variant(tmp_path):
     from benchmarks import recipe_race
-    from keras_transformer import run_folder
+    from keras_transformer.training import run_folder
 
     assert recipe_race.HEAVY_FOLDERS == (run_folder.BACKUP_FOLDER, run_folder.CHECKPOINT_FOLDER)
     assert recipe_race.HEAVY_FILES == (run_folder.MODEL_FILE,)

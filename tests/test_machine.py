@@ -23,8 +23,8 @@ def _imported_modules(path):
 
 @pytest.mark.backend_independent
 def test_the_translator_reads_the_machine_not_the_training_configuration():
-    imports = _imported_modules(PACKAGE / "translator.py")
-    assert "keras_transformer.train_config" not in imports
+    imports = _imported_modules(PACKAGE / "translation" / "translator.py")
+    assert "keras_transformer.training.train_config" not in imports
     assert "keras_transformer.machine" in imports
 
 

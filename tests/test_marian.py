@@ -17,7 +17,7 @@ import pytest
 from keras_transformer.checkpoints import load_marian
 from keras_transformer.decoding import CachedDecoder
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
 from tests.marian_fixtures import make_marian_folder
@@ -309,9 +309,9 @@ def test_an_imported_run_fine_tunes_with_marians_tokenizer_and_start(marian_fold
     from conftest import FIXTURE_CORPUS
 
     from keras_transformer.data.parallel_corpus import ParallelCorpus
-    from keras_transformer.train_config import TrainConfig
-    from keras_transformer.train_input import TrainInput
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.train_config import TrainConfig
+    from keras_transformer.training.train_input import TrainInput
+    from keras_transformer.training.trainer import train_translator
 
     run = tmp_path / "opus"
     assert main(["import", marian_folder, "--output", str(run)]) == 0
@@ -364,7 +364,7 @@ class MarianIds:
 @pytest.mark.backend_independent
 def test_an_imported_run_exported_to_ctranslate2_translates_as_ours(marian_folder, tmp_path):
     pytest.importorskip("ctranslate2")
-    from keras_transformer.ctranslate2_model import CTranslate2Translator
+    from keras_transformer.translation.ctranslate2_model import CTranslate2Translator
 
     run, out = tmp_path / "opus", tmp_path / "ct2"
     assert main(["import", marian_folder, "--output", str(run)]) == 0

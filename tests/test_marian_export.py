@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
 

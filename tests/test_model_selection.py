@@ -8,15 +8,15 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import model_selection
-from keras_transformer import run_folder
+from keras_transformer.training import model_selection
+from keras_transformer.training import run_folder
 from keras_transformer.data.parallel_corpus import ParallelCorpus
-from keras_transformer.evaluation import evaluate_pairs
-from keras_transformer.learning_curve import plot_learning_curve
-from keras_transformer.learning_curve import read_log
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import train_translator
-from keras_transformer.translator import Translator
+from keras_transformer.translation.evaluation import evaluate_pairs
+from keras_transformer.training.learning_curve import plot_learning_curve
+from keras_transformer.training.learning_curve import read_log
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import train_translator
+from keras_transformer.translation.translator import Translator
 
 FIXTURE = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz")
 RUN = dict(

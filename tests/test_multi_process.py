@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import keras_transformer_cli as cli
-from keras_transformer import distribute
+from keras_transformer.training import distribute
 from keras_transformer.errors import UserInputError
 
 jax_only = pytest.mark.skipif(keras.backend.backend() != "jax", reason="several processes: JAX's runtime")

@@ -8,7 +8,7 @@ import keras
 from keras_transformer.decoding import mask_forbidden_tokens
 from keras_transformer.model_parts import DECODER_TOKENS
 from keras_transformer.model_parts import ENCODER_TOKENS
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import START_ID
 

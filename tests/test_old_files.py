@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import to_numpy
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 OLD = pathlib.Path(__file__).parent / "fixtures" / "old-format"
 

@@ -95,7 +95,7 @@ def test_translate_and_evaluate_take_quantize_and_keep_the_float_report(tmp_path
     import json
     import shutil
 
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
     from keras_transformer_cli import main
 
     run = tmp_path / "run"

@@ -21,7 +21,7 @@ from keras_transformer.data.batch_plan import pairs_of_batches
 from keras_transformer.data.corpus_scan import VocabularySample
 from keras_transformer.data.corpus_scan import scan_corpus
 from keras_transformer.errors import UserInputError
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training.train_config import TrainConfig
 
 pytestmark = pytest.mark.backend_independent
 
@@ -240,7 +240,7 @@ def test_the_vocabulary_sample_is_bounded_uniform_seeded_and_the_same_read_or_sc
     for i in range(10_000):
         other.add(f"s{i}", f"t{i}")
     assert other.texts() != texts
-    from keras_transformer import train_input
+    from keras_transformer.training import train_input
 
     config = TrainConfig(vocabulary_sample=60, **RUN).resolved()
     inputs = train_input.TrainInput(config.parallel_corpus(), config.max_length, config.batch_tokens,
@@ -254,7 +254,7 @@ def test_the_vocabulary_sample_is_bounded_uniform_seeded_and_the_same_read_or_sc
 
 @pytest.mark.end_to_end
 def test_a_streamed_run_writes_a_model_and_a_resumed_one_ends_with_the_uninterrupted_model(tmp_path):
-    from keras_transformer.trainer import train_translator
+    from keras_transformer.training.trainer import train_translator
 
     messages = []
     whole = train_translator(TrainConfig(output=str(tmp_path / "whole"), stream=True, epochs=2, **RUN),
@@ -293,8 +293,8 @@ BLOCK_TENSORFLOW_THEN_STREAM = """
 import sys
 sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
 import json
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import train_translator
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import train_translator
 run, output = json.loads(sys.argv[1]), sys.argv[2]
 for epochs in (1, 2):
     log = []
@@ -329,8 +329,8 @@ def test_a_python_streamed_run_trains_and_resumes_with_tensorflow_blocked(tmp_pa
 def test_evaluate_on_a_streamed_run_reads_only_its_split_one_pair_at_a_time(tmp_path, monkeypatch):
     import io
 
-    from keras_transformer import evaluation
-    from keras_transformer import run_folder
+    from keras_transformer.translation import evaluation
+    from keras_transformer.training import run_folder
     from keras_transformer_cli import commands
 
     folder = tmp_path / "run"

@@ -16,8 +16,8 @@ import keras
 import pytest
 
 from keras_transformer.errors import UserInputError
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import build_translator
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import build_translator
 from conftest import FIXTURE_CORPUS
 
 TINY = dict(

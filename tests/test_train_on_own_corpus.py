@@ -11,7 +11,7 @@ import pytest
 import keras_transformer_cli as cli
 from keras_transformer.data.parallel_corpus import ParallelCorpus
 from keras_transformer.errors import UserInputError
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training.train_config import TrainConfig
 
 pytestmark = pytest.mark.backend_independent
 
@@ -103,7 +103,7 @@ def test_cli_a_bad_line_is_one_line_naming_file_and_line_and_skipping_it_warns_w
 
 
 def test_ablate_flags_build_the_corpus_and_shared_data_reads_it(tmp_path, monkeypatch):
-    from keras_transformer import ablation
+    from keras_transformer.training import ablation
 
     seen = {}
     monkeypatch.setattr(ablation, "run_ablation", lambda variants, **kwargs: seen.update(kwargs) or [])

@@ -16,13 +16,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import model_flops
-from keras_transformer import non_finite_loss
-from keras_transformer import run_folder
-from keras_transformer import trainer
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training import model_flops
+from keras_transformer.training import non_finite_loss
+from keras_transformer.training import run_folder
+from keras_transformer.training import trainer
+from keras_transformer.training.train_config import TrainConfig
 from keras_transformer.errors import UserInputError
-from keras_transformer.trainer import train_translator
+from keras_transformer.training.trainer import train_translator
 
 RESULTS = pathlib.Path(__file__).parent.parent / "benchmarks" / "results"
 
@@ -55,8 +55,8 @@ class BatchEndThread(keras.callbacks.Callback):
 QUIET = dict(verbose=0, log=lambda message: None, sample_sentences=0)
 KILL_AT_STEP = """
 import os, signal, sys, keras
-from keras_transformer.train_config import TrainConfig
-from keras_transformer.trainer import train_translator
+from keras_transformer.training.train_config import TrainConfig
+from keras_transformer.training.trainer import train_translator
 
 class KillAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
@@ -408,8 +408,8 @@ def test_bucket_width_and_input_pipeline_flags_reach_the_config_and_bad_values_a
     ("Tesla V100-SXM2-16GB", (32, None)),  # no bf16 tensor cores: float32
 ])
 def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monkeypatch, gpu, want):
-    from keras_transformer import model_flops
-    from keras_transformer import presets
+    from keras_transformer.training import model_flops
+    from keras_transformer.training import presets
 
     monkeypatch.setattr(presets, "has_accelerator", lambda: gpu is not None)
     monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)
@@ -424,8 +424,8 @@ def test_the_machine_sets_the_bucket_width_and_precision_a_run_leaves_open(monke
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H200"])
 def test_the_default_run_is_tiny_trained_longer_on_larger_batches_on_a_gpu(monkeypatch, gpu):
-    from keras_transformer import model_flops
-    from keras_transformer import presets
+    from keras_transformer.training import model_flops
+    from keras_transformer.training import presets
 
     monkeypatch.setattr(presets, "has_accelerator", lambda: gpu is not None)
     monkeypatch.setattr(model_flops, "accelerator_name", lambda: gpu)

@@ -7,10 +7,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import model_flops
-from keras_transformer.train_input import token_statistics
-from keras_transformer.training_speed import TrainingSpeed
-from keras_transformer.training_speed import describe
+from keras_transformer.training import model_flops
+from keras_transformer.training.train_input import token_statistics
+from keras_transformer.training.training_speed import TrainingSpeed
+from keras_transformer.training.training_speed import describe
 
 
 class _Sleep(keras.callbacks.Callback):
@@ -107,7 +107,7 @@ class _SlowFirstStep(keras.callbacks.Callback):
 
 
 def test_the_first_estimate_states_compiling_apart_and_does_not_project_it_onto_later_epochs():
-    from keras_transformer.training_speed import RunClock
+    from keras_transformer.training.training_speed import RunClock
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
@@ -145,7 +145,7 @@ def test_validation_is_compiled_before_the_first_epoch_and_never_again_in_it():
 
     import jax
 
-    from keras_transformer.training_speed import ValidationCompiledFirst
+    from keras_transformer.training.training_speed import ValidationCompiledFirst
 
     compiled = []  # (when, function)
 

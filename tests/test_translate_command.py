@@ -5,6 +5,7 @@ with Keras on JAX), so these run under one backend (`backend_independent`).
 """
 
 import io
+import json
 import os
 import select
 import subprocess
@@ -25,12 +26,14 @@ from keras_transformer_cli import commands
 from keras_transformer_cli.input_lines import BadLine
 from keras_transformer_cli.input_lines import decode_line
 from keras_transformer_runtime import program_cache
+from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import ProgramCache
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
 from keras_transformer_runtime.text_translator import TextTranslator
 
 pytestmark = pytest.mark.backend_independent
@@ -131,8 +134,8 @@ def test_a_changed_model_is_never_served_a_stale_program(trained_run, warm_cache
     run = tmp_path / "run"
     run.mkdir()
     (run / VOCABULARY_FILE).write_bytes((trained_run / VOCABULARY_FILE).read_bytes())
-    script = ("import sys, keras, numpy as np\nfrom keras_transformer import run_folder\n"
-              "model = run_folder.load_model(sys.argv[1], compile=False)\n"
+    script = ("import sys, keras, numpy as np\nfrom keras_transformer import model_file\n"
+              "model = model_file.load_model(sys.argv[1], compile=False)\n"
               "for v in model.trainable_variables:\n    v.assign(v.numpy() * 0.5 + 0.01)\nmodel.save(sys.argv[2])\n")
     changed = _run([sys.executable, "-c", script, str(trained_run / MODEL_FILE), str(run / MODEL_FILE)], cache,
                    extra_env={"KERAS_BACKEND": "jax"})
@@ -243,6 +246,11 @@ class _FirstTokenEngine(TextTranslator):
     def _decode(self, source):
         return np.concatenate([source[:, :1], np.full((len(source), 1), END_ID)], axis=1)
 
+    def _decode_n_best(self, source, n, cross_attention=False):
+        tokens = self._decode(source)[:, None, :]
+        scores = np.zeros((len(source), 1))
+        return NBest(tokens, scores, scores, np.zeros(tokens.shape))
+
 
 @pytest.fixture(scope="module")
 def front_end(trained_run):
@@ -284,6 +292,56 @@ def test_the_front_end_and_tokenizer_take_any_text_with_one_translation_each(tex
         warnings.simplefilter("ignore")  # unknown characters, lone surrogates: warned, not raised
         outputs = front_end(texts)
     assert len(outputs) == len(texts) and all(isinstance(text, str) for text in outputs)
+
+
+@given(pieces=st.lists(st.one_of(st.characters(), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))))
+def test_each_lone_surrogate_and_nothing_else_becomes_one_replacement_character(pieces):
+    text = "".join(pieces)
+    cleaned, replaced = replace_lone_surrogates(text)
+    surrogates = {i for i, character in enumerate(text) if "\ud800" <= character <= "\udfff"}
+    assert replaced == len(surrogates) and len(cleaned) == len(text)
+    assert all((after == "\ufffd") if i in surrogates else (after == before)
+               for i, (before, after) in enumerate(zip(text, cleaned)))
+    cleaned.encode("utf-8")  # no lone surrogate left
+
+
+def test_jsonl_gives_each_line_its_own_warnings_and_stderr_the_batchs_as_before(front_end, monkeypatch):
+    monkeypatch.setattr(commands, "_translator", lambda args: front_end)
+    texts = ["Sea la luz", "luz " * 30, "我爱你中国"]
+    tokens = len(np.asarray(front_end.tokenizer.tokenize([texts[1]])[0]).reshape(-1))
+    out = io.StringIO()
+    args = build_parser().parse_args(["translate", "--model", "unused", "--format", "jsonl", *texts])
+    with pytest.warns(UserWarning) as said:
+        assert commands.translate(args, out) == 0
+    plain, long, unknown = map(json.loads, out.getvalue().splitlines())
+    assert "warnings" not in plain
+    assert long["warnings"] == [f"longer than max_length=24 tokens ({tokens}); truncated"]
+    assert unknown["warnings"] == ["5 of 5 characters are unknown to the vocabulary, so the translation is a guess"]
+    assert [str(warning.message) for warning in said if issubclass(warning.category, UserWarning)] == [
+        "mostly unknown to the vocabulary, so the translation is a guess: '我爱你中国': 5 of 5 characters (100%).",
+        "1 of 3 inputs are longer than max_length=24 tokens and were truncated."]
+
+
+def test_each_lone_surrogate_becomes_one_replacement_character_and_its_translation_says_so(front_end):
+    with pytest.warns(UserWarning, match=r"^1 of 2 inputs held bytes that are not UTF-8 \(lone surrogates\)"):
+        escaped, clean = front_end.n_best(["Sea \udcff\udcfe luz", "Sea la luz"], 1)
+    assert escaped.source == "Sea \ufffd\ufffd luz" and clean.source == "Sea la luz"
+    assert escaped.warnings == ("held 2 lone surrogates (bytes that are not UTF-8); each replaced by U+FFFD",)
+    assert clean.warnings == ()
+
+
+def test_warn_false_keeps_pythons_warnings_quiet_and_gives_each_translation_its_own_alike(front_end):
+    texts = ["luz " * 30, "我爱你中国", "Sea \udcff luz", "Sea la luz", ""]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        told = front_end.n_best(texts, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = front_end.n_best(texts, 1, warn=False)
+        front_end(texts, warn=False)
+    assert len([warning for warning in said if issubclass(warning.category, UserWarning)]) == 3
+    assert [translation.warnings for translation in quiet] == [translation.warnings for translation in told]
+    assert [len(translation.warnings) for translation in quiet] == [1, 1, 1, 0, 0]
 
 
 def test_a_cache_folder_that_cannot_be_written_falls_back_to_the_keras_model_with_a_warning(trained_run, tmp_path):
@@ -341,7 +399,7 @@ def test_a_program_exported_for_a_gpu_never_goes_through_the_fused_attention_ker
 
     from keras_transformer import models
     from keras_transformer.layers import attention
-    from keras_transformer.translation_program import attention_kernels_for_export
+    from keras_transformer.translation.translation_program import attention_kernels_for_export
 
     def refused(*args, **kwargs):
         raise RuntimeError("a custom call without a compatibility guarantee")

@@ -3,9 +3,9 @@
 
 import pytest
 
-from keras_transformer.evaluation import score_translations
-from keras_transformer.translator import DEFAULT_BEAM_WIDTH
-from keras_transformer.translator import Translator
+from keras_transformer.translation.evaluation import score_translations
+from keras_transformer.translation.translator import DEFAULT_BEAM_WIDTH
+from keras_transformer.translation.translator import Translator
 
 from conftest import FIXTURE_CORPUS as FIXTURE
 SENTENCES = ["En el principio creó Dios los cielos y la tierra.", "Y dijo Dios: Sea la luz."]
@@ -151,8 +151,8 @@ def test_decoding_compiles_by_default_where_xla_is(run_dir):
     with pytest.raises(ValueError, match="batch_size"):
         Translator.from_directory(str(run_dir), batch_size=0)
     from keras_transformer.machine import has_accelerator
-    from keras_transformer.translator import BATCH_SIZE
-    from keras_transformer.translator import COMPILED_CPU_BATCH_SIZE
+    from keras_transformer.translation.translator import BATCH_SIZE
+    from keras_transformer.translation.translator import COMPILED_CPU_BATCH_SIZE
 
     # On a CPU: 8 where the loop compiles (TensorFlow by default; JAX always), 64 where it runs eagerly.
     cpu = not has_accelerator()

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 import common
-from keras_transformer import ablation
+from keras_transformer.training import ablation
 from keras_transformer import diagnostics
 
 

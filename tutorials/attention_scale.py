@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 import common
-from keras_transformer import ablation
+from keras_transformer.training import ablation
 from keras_transformer import diagnostics
 
 KEY_DIMS = [8, 16, 32, 64, 128, 256, 512, 1024]

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from keras_transformer import ablation
+from keras_transformer.training import ablation
 
 
 def parser(description):

@@ -22,7 +22,7 @@ import numpy as np
 
 import common
 import keras_transformer as kt
-from keras_transformer import ablation
+from keras_transformer.training import ablation
 from keras_transformer import diagnostics
 
 D_MODELS = [64, 128, 256, 512, 1024]

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 import common
-from keras_transformer import ablation
+from keras_transformer.training import ablation
 from keras_transformer import diagnostics
 from keras_transformer import training
 from keras_transformer.initializers import DepthScaled

@@ -7,6 +7,7 @@ Example:
 True
 """
 
+from keras_transformer.checkpoints.marian import export_marian
 from keras_transformer.checkpoints.marian import import_marian
 from keras_transformer.checkpoints.marian import load_marian
 from keras_transformer.checkpoints.marian import read_marian

@@ -101,7 +101,7 @@ def read_starting_run(folder, output=None, weights=False):
     ...
     keras_transformer_runtime.errors.UserInputError: --from ... holds no model.keras, no vocabulary.spm and no config.json: ...
     """
-    from keras_transformer import run_folder
+    from keras_transformer.training import run_folder
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
     if not os.path.isdir(folder):
@@ -155,7 +155,7 @@ def resolved_config(config, corpus=None):
 
     Example:
 
-    >>> from keras_transformer.train_config import TrainConfig
+    >>> from keras_transformer.training.train_config import TrainConfig
     >>> resolved_config(TrainConfig(preset="tiny")).d_model
     128
     """
@@ -208,9 +208,9 @@ def read_starting_weights(start):
     """
     import keras
 
-    from keras_transformer import run_folder
+    from keras_transformer import model_file
 
-    trained = run_folder.load_model(start.model_path, compile=False)
+    trained = model_file.load_model(start.model_path, compile=False)
     return [keras.ops.convert_to_numpy(variable) for variable in trained.weights]
 
 

@@ -24,9 +24,9 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.checkpoints.marian import CONFIG_FILE
-from keras_transformer.checkpoints.marian import LAYER_NORM_EPSILON
-from keras_transformer.checkpoints.marian import SAFETENSORS_FILE
+from keras_transformer.checkpoints.marian.config import CONFIG_FILE
+from keras_transformer.checkpoints.marian.config import LAYER_NORM_EPSILON
+from keras_transformer.checkpoints.marian.config import SAFETENSORS_FILE
 from keras_transformer.model_parts import SHARED_EMBEDDING
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer_runtime.errors import UserInputError
@@ -181,13 +181,15 @@ def export_marian(run_directory, out, force=False):
     """
     from safetensors.numpy import save_file
 
-    from keras_transformer import run_folder
+    from keras_transformer import model_file
+    from keras_transformer_runtime.run_files import MODEL_FILE
+    from keras_transformer_runtime.run_files import VOCABULARY_FILE
     from keras_transformer_runtime.run_tokenizer import is_marian_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise UserInputError(f"--out {out!r} exists and is not empty: choose a new folder, or pass --force.")
-    model = run_folder.load_model(os.path.join(run_directory, run_folder.MODEL_FILE), compile=False)
+    model = model_file.load_model(os.path.join(run_directory, MODEL_FILE), compile=False)
     config = marian_config(model)
     tensors = marian_tensors(model)
     tokenizer = load_run_tokenizer(run_directory)
@@ -204,12 +206,12 @@ def export_marian(run_directory, out, force=False):
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(generation, f, indent=2)
     if is_marian_run(run_directory):
-        from keras_transformer.checkpoints.marian import copy_vocabulary_files
+        from keras_transformer.checkpoints.marian.run_import import copy_vocabulary_files
 
         copy_vocabulary_files(run_directory, out)
     else:
         for name in (SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE):
-            shutil.copyfile(os.path.join(run_directory, run_folder.VOCABULARY_FILE), os.path.join(out, name))
+            shutil.copyfile(os.path.join(run_directory, VOCABULARY_FILE), os.path.join(out, name))
         with open(os.path.join(out, TOKENIZER_CONFIG_FILE), "w") as f:
             json.dump({"tokenizer_class": "MarianTokenizer", "eos_token": "</s>", "unk_token": "<unk>",
                        "pad_token": "<pad>", "model_max_length": config["max_position_embeddings"],

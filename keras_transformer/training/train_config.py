@@ -10,10 +10,10 @@ import os
 
 from keras_transformer.data.corpus_scan import DEFAULT_VOCABULARY_SAMPLE
 from keras_transformer.errors import UserInputError
-from keras_transformer.presets import DEFAULT_PRESET
-from keras_transformer.presets import PRESETS
-from keras_transformer.presets import hardware_defaults
-from keras_transformer.presets import training_defaults
+from keras_transformer.training.presets import DEFAULT_PRESET
+from keras_transformer.training.presets import PRESETS
+from keras_transformer.training.presets import hardware_defaults
+from keras_transformer.training.presets import training_defaults
 
 DEFAULT_MAX_LENGTH = 128
 DISTRIBUTE_MODES = ("data", "model")
@@ -158,7 +158,7 @@ class TrainConfig:
             sizes and its vocabulary, starts from its weights with a fresh
             optimizer, and takes `fine_tuning.FINE_TUNING_DEFAULTS` for the
             epochs, steps, warm-up and learning rate it does not set
-            (`keras_transformer.fine_tuning`).
+            (`keras_transformer.training.fine_tuning`).
         lora_rank: with `start_from`, train only LoRA adapters of this rank
             (`keras_transformer.lora`) on `lora_targets`; the saved model
             holds the merged weights. None (the default) trains every weight.
@@ -278,7 +278,7 @@ class TrainConfig:
         if self.start_from is not None:
             if any(getattr(config, key) is None for key in ("num_layers", "d_model", "vocabulary_size")):
                 raise ValueError("A fine-tuning TrainConfig takes its sizes from the starting run: resolve it with "
-                                 "keras_transformer.fine_tuning.resolved_config(config).")
+                                 "keras_transformer.training.fine_tuning.resolved_config(config).")
         elif self.lora_rank is not None:
             raise UserInputError("--lora adapts a trained model: give the run to start from with --from.")
         preset = config.preset or DEFAULT_PRESET

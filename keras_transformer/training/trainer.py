@@ -38,22 +38,25 @@ import time
 
 import keras
 
-from keras_transformer import compile_ahead
-from keras_transformer import distribute
-from keras_transformer import fine_tuning
-from keras_transformer import learning_curve
+from keras_transformer.training import compile_ahead
+from keras_transformer.training import distribute
+from keras_transformer.training import fine_tuning
+from keras_transformer.training import learning_curve
 from keras_transformer import lora
-from keras_transformer import model_flops
-from keras_transformer import model_selection
-from keras_transformer import non_finite_loss
-from keras_transformer import run_folder
-from keras_transformer import train_input
-from keras_transformer import training_speed
+from keras_transformer.training import model_flops
+from keras_transformer.training import model_selection
+from keras_transformer.training import non_finite_loss
+from keras_transformer.training import run_folder
+from keras_transformer.training import train_input
+from keras_transformer.training import training_speed
 from keras_transformer.data.parallel_corpus import ParallelCorpus
-from keras_transformer.train_config import CORPUS_FIELDS
-from keras_transformer.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
-from keras_transformer.train_config import check_jit_compile
-from keras_transformer.train_config import tensorflow_imports
+from keras_transformer.training.masked_loss import MaskedAccuracy
+from keras_transformer.training.masked_loss import MaskedSparseCrossentropy
+from keras_transformer.training.schedule import TransformerSchedule
+from keras_transformer.training.train_config import CORPUS_FIELDS
+from keras_transformer.training.train_config import TrainConfig  # noqa: F401 (the trainer's input, importable from here)
+from keras_transformer.training.train_config import check_jit_compile
+from keras_transformer.training.train_config import tensorflow_imports
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer_runtime.timings import phase
@@ -123,13 +126,12 @@ def build_translator(
 
     Example:
 
-    >>> from keras_transformer.train_config import TrainConfig
+    >>> from keras_transformer.training.train_config import TrainConfig
     >>> config = TrainConfig(preset="tiny", vocabulary_size=100).resolved()
     >>> build_translator(**config.model_arguments()).name
     'transformer'
     """
     from keras_transformer import models
-    from keras_transformer import training
 
     check_jit_compile(jit_compile)
     model = models.transformer(
@@ -144,13 +146,13 @@ def build_translator(
         tie_embeddings=tie_embeddings,
         **model_options,
     )
-    schedule = training.TransformerSchedule(d_model, warmup_steps=warmup_steps)
+    schedule = TransformerSchedule(d_model, warmup_steps=warmup_steps)
     if learning_rate is not None:
-        schedule = training.TransformerSchedule.with_peak(d_model, warmup_steps, learning_rate)
+        schedule = TransformerSchedule.with_peak(d_model, warmup_steps, learning_rate)
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        loss=training.MaskedSparseCrossentropy(label_smoothing=label_smoothing),
-        metrics=[training.MaskedAccuracy()],
+        loss=MaskedSparseCrossentropy(label_smoothing=label_smoothing),
+        metrics=[MaskedAccuracy()],
         jit_compile=jit_compile,
     )
     return model

@@ -24,10 +24,10 @@ import shutil
 
 import keras
 
-from keras_transformer import distribute
+from keras_transformer.training import distribute
 from keras_transformer.errors import UserInputError
-from keras_transformer.train_config import RESUMABLE_CHANGES
-from keras_transformer.train_config import TrainConfig
+from keras_transformer.training.train_config import RESUMABLE_CHANGES
+from keras_transformer.training.train_config import TrainConfig
 from keras_transformer_runtime.run_files import MODEL_FILE  # noqa: F401 (part of this module's names)
 from keras_transformer_runtime.run_files import VOCABULARY_FILE  # noqa: F401
 
@@ -391,62 +391,3 @@ def _restore_point(model, output, steps_per_epoch, recorded_epochs, log, at_most
             os.remove(candidate)
     log(f"backup: {reason}; resuming from the previous backup, after virtual epoch {epochs}")
     return epochs
-
-
-def check_model_archive(path):
-    """Raises `UserInputError` unless `path` is a complete `.keras` archive.
-
-    A `.keras` file is a zip archive whose directory sits at its end, so a
-    file cut short by a full disk or an interrupted copy loses it first;
-    Keras then reports the file as "not found". This says what it is.
-
-    Example:
-
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "model.keras")
-    >>> _ = open(path, "wb").write(b"PK not really")
-    >>> check_model_archive(path)
-    Traceback (most recent call last):
-    ...
-    keras_transformer_runtime.errors.UserInputError: ... is damaged: 13 bytes, not a complete .keras archive ...
-    """
-    import zipfile
-
-    if not zipfile.is_zipfile(path):
-        raise UserInputError(
-            f"{path!r} is damaged: {os.path.getsize(path):,} bytes, not a complete .keras archive "
-            "(cut short or overwritten). Copy it again from the training run, or train again."
-        )
-
-
-def load_model(path, compile=True):
-    """Loads a trained `model.keras`, with one-line errors for unusable files.
-
-    Args:
-        path: the `.keras` file.
-        compile: also restore the loss, metrics and optimizer.
-
-    Returns:
-        The `keras.Model`.
-
-    Raises:
-        UserInputError: the file is missing, damaged, or holds layers this
-            package does not define.
-    """
-    import keras_transformer.models  # noqa: F401  (registers the layers)
-    import keras_transformer.training  # noqa: F401  (registers the loss and metric)
-
-    if not os.path.isfile(path):
-        raise UserInputError(
-            f"No trained model at {path!r}: pass the --output folder of a finished `keras-transformer train` run."
-        )
-    check_model_archive(path)
-    try:
-        return keras.saving.load_model(path, compile=compile)
-    except Exception as error:  # BadZipFile, ValueError, TypeError, KeyError, OSError...
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else "no details"
-        raise UserInputError(
-            f"{path!r} ({os.path.getsize(path):,} bytes) is a zip archive but not a model this package can "
-            f"read ({type(error).__name__}: {reason[:200]}). It may be damaged inside, or hold layers this "
-            "package does not define: copy it again from the training run, or train again."
-        ) from error

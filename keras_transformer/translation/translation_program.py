@@ -20,7 +20,7 @@ from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.translator import Translator
+from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
 from keras_transformer_runtime.compiled_translator import WEIGHTS_FILE
 from keras_transformer_runtime.compiled_translator import program_file

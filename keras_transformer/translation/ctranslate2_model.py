@@ -29,9 +29,9 @@ from keras_transformer_runtime.special_tokens import PAD_ID
 from keras_transformer_runtime.special_tokens import START_ID
 from keras_transformer.errors import UserInputError
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer.translator import DEFAULT_BEAM_WIDTH
-from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
-from keras_transformer.translator import resolve_batch_size
+from keras_transformer.translation.translator import DEFAULT_BEAM_WIDTH
+from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+from keras_transformer.translation.translator import resolve_batch_size
 from keras_transformer_runtime.text_translator import TextTranslator
 
 # Written beside CTranslate2's own files: what decoding needs that its
@@ -231,7 +231,8 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
             `transformer_spec`).
     """
     ctranslate2 = _import_ctranslate2()
-    from keras_transformer import run_folder
+    from keras_transformer import model_file
+    from keras_transformer_runtime.run_files import MODEL_FILE
     from keras_transformer_runtime.run_tokenizer import is_marian_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
@@ -245,7 +246,7 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
         if not os.path.isfile(os.path.join(directory, name)):
             raise UserInputError(f"No vocabulary at {os.path.join(directory, name)!r}: pass the --output folder "
                                  "of a training run.")
-    model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
+    model = model_file.load_model(os.path.join(directory, MODEL_FILE), compile=False)
     spec, epsilon = transformer_spec(model)
     tokenizer = load_run_tokenizer(directory)
     pieces = tokenizer.get_vocabulary()
@@ -315,13 +316,13 @@ class CTranslate2Translator(TextTranslator):
 
     >>> import os, tempfile
     >>> import keras_transformer as kt
-    >>> from keras_transformer import run_folder
+    >>> from keras_transformer_runtime.run_files import MODEL_FILE, VOCABULARY_FILE
     >>> from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
     >>> run = tempfile.mkdtemp()
     >>> _ = train_tokenizer(["Sea la luz.", "Let there be light."], vocabulary_size=20,
-    ...                     path=os.path.join(run, run_folder.VOCABULARY_FILE))
+    ...                     path=os.path.join(run, VOCABULARY_FILE))
     >>> kt.models.transformer(20, 20, num_layers=1, d_model=8, num_heads=2, ff_dim=16,
-    ...                       max_length=8).save(os.path.join(run, run_folder.MODEL_FILE))
+    ...                       max_length=8).save(os.path.join(run, MODEL_FILE))
     >>> out = export_ctranslate2(run, os.path.join(run, "ct2"))
     >>> outputs = CTranslate2Translator(out)(["Sea la luz.", ""])
     >>> [type(text).__name__ for text in outputs], outputs[1]

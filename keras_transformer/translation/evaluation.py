@@ -102,7 +102,7 @@ def evaluate_pairs(translator, pairs, verbose=1):
     in batches of similar lengths and reports each batch to the progress bar.
 
     Args:
-        translator: a `keras_transformer.translator.Translator`, or any
+        translator: a `keras_transformer.translation.translator.Translator`, or any
             callable from a list of strings to a list of strings.
         pairs: list of `TranslationPair` (`source`, `references`).
         verbose: 1 shows a progress bar, 0 is silent.
@@ -123,7 +123,7 @@ def evaluate_pairs(translator, pairs, verbose=1):
     """
     import keras
 
-    from keras_transformer.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     progress = keras.utils.Progbar(len(pairs), unit_name="sentence", verbose=verbose)
     sources = [pair.source for pair in pairs]

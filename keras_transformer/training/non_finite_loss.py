@@ -6,7 +6,7 @@ import threading
 
 import keras
 
-from keras_transformer import run_folder
+from keras_transformer.training import run_folder
 from keras_transformer.errors import UserInputError
 
 
@@ -128,7 +128,7 @@ def stop_error(stop, config):
 
     Example:
 
-    >>> from keras_transformer.train_config import TrainConfig
+    >>> from keras_transformer.training.train_config import TrainConfig
     >>> config = TrainConfig(output="run", steps_per_epoch=3, mixed_precision=None)
     >>> str(stop_error(NonFiniteLoss(8, float("nan")), config))[:60]
     'the training loss became nan at step 8; training stopped the'

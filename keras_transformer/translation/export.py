@@ -108,9 +108,9 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     from keras_transformer.decoding import GreedyChoice
     from keras_transformer.decoding import search_tensors
 
-    from keras_transformer.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
-    from keras_transformer.translator import SMALLEST_BATCH
-    from keras_transformer.translator import SOURCE_BUCKET
+    from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+    from keras_transformer.translation.translator import SMALLEST_BATCH
+    from keras_transformer.translation.translator import SOURCE_BUCKET
 
     if no_repeat_ngram_size is None:
         no_repeat_ngram_size = DEFAULT_NO_REPEAT_NGRAM_SIZE
@@ -188,9 +188,11 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     _require_tensorflow_backend()
     import tensorflow as tf
 
-    from keras_transformer import run_folder
+    from keras_transformer import model_file
+    from keras_transformer_runtime.run_files import MODEL_FILE
+    from keras_transformer_runtime.run_files import VOCABULARY_FILE
 
-    model = run_folder.load_model(os.path.join(directory, run_folder.MODEL_FILE), compile=False)
+    model = model_file.load_model(os.path.join(directory, MODEL_FILE), compile=False)
     if quantize:
         from keras_transformer.quantization import quantize as quantize_model
 
@@ -200,7 +202,7 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     if is_marian_run(directory):
         module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory)
     else:
-        with open(os.path.join(directory, run_folder.VOCABULARY_FILE), "rb") as f:
+        with open(os.path.join(directory, VOCABULARY_FILE), "rb") as f:
             proto = f.read()
         module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)
 

@@ -105,7 +105,7 @@ def join_processes():
         raise UserInputError(
             f"{NUM_PROCESSES_VARIABLE}={num_processes} asks for a job of several processes, but JAX "
             "was used in this process before it could join one. Call "
-            "keras_transformer.distribute.join_processes() (or keras.distribution.initialize()) "
+            "keras_transformer.training.distribute.join_processes() (or keras.distribution.initialize()) "
             "first thing, before any Keras or JAX computation."
         ) from None
     _JOINED[0] = True

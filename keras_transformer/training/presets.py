@@ -1,6 +1,6 @@
 """The presets: each one's model sizes, and what its runs train with on this machine.
 
-`TrainConfig` (`keras_transformer.train_config`) takes a preset's sizes and
+`TrainConfig` (`keras_transformer.training.train_config`) takes a preset's sizes and
 training defaults for the fields a run leaves at None. Importing this module
 imports neither Keras nor a backend.
 """
@@ -56,7 +56,7 @@ def hardware_defaults():
     >>> sorted(hardware_defaults())
     ['bucket_width', 'mixed_precision']
     """
-    from keras_transformer import model_flops
+    from keras_transformer.training import model_flops
 
     accelerator = has_accelerator()
     bf16 = accelerator and model_flops.peak_flops(model_flops.accelerator_name()) is not None

@@ -20,7 +20,7 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer.train_input import first_batch_of_each_shape
+from keras_transformer.training.train_input import first_batch_of_each_shape
 
 
 def _aval(value):

@@ -10,7 +10,7 @@ import os
 
 import keras
 
-from keras_transformer import run_folder
+from keras_transformer.training import run_folder
 
 
 def read_log(path):

@@ -21,7 +21,7 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer import run_folder
+from keras_transformer.training import run_folder
 
 _CHECKPOINT_PATTERN = "epoch-{:05d}.weights.npz"
 
@@ -83,7 +83,7 @@ class DevBleu(keras.callbacks.Callback):
         self._translator = None
 
     def _scorer(self):
-        from keras_transformer.translator import Translator
+        from keras_transformer.translation.translator import Translator
 
         if self._translator is None:
             self._translator = Translator(self.model, self.tokenizer, beam_width=1, jit_compile=self.jit_compile)
@@ -91,7 +91,7 @@ class DevBleu(keras.callbacks.Callback):
 
     def score(self, verbose=0):
         """Dev BLEU of the model's weights now; a dict as `evaluate_pairs` returns."""
-        from keras_transformer.evaluation import evaluate_pairs
+        from keras_transformer.translation.evaluation import evaluate_pairs
 
         return evaluate_pairs(self._scorer(), self.pairs, verbose=verbose)
 

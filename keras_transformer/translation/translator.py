@@ -185,11 +185,12 @@ class Translator(TextTranslator):
                 `transformer()` model; `vocabulary.spm` is not a
                 SentencePiece model or not the model's vocabulary.
         """
-        from keras_transformer import run_folder
+        from keras_transformer import model_file
+        from keras_transformer_runtime.run_files import MODEL_FILE
         from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
         from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
-        model_path = os.path.join(directory, run_folder.MODEL_FILE)
+        model_path = os.path.join(directory, MODEL_FILE)
         if not os.path.isfile(model_path):
             raise FileNotFoundError(
                 f"No trained model at {model_path!r}: pass the --output folder of a "
@@ -202,7 +203,7 @@ class Translator(TextTranslator):
                 "holds a model but not the vocabulary it was trained with. Copy the whole "
                 "--output folder of the training run."
             )
-        model = run_folder.load_model(model_path, compile=False)  # decoding needs no optimizer
+        model = model_file.load_model(model_path, compile=False)  # decoding needs no optimizer
         transformer_parts(model, what=f"The model in {model_path!r}")
         if quantize:
             from keras_transformer.quantization import quantize as quantize_model

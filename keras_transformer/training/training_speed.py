@@ -1,6 +1,6 @@
 """Training speed measured during `fit`: seconds per step, model FLOP/s and MFU; the run's time.
 
-The trainer reports these in its summary; `keras_transformer.model_flops`
+The trainer reports these in its summary; `keras_transformer.training.model_flops`
 counts the FLOPs and knows the GPUs' peaks. `RunClock` tells the user how
 long the whole run should take once an epoch is measured, and how long it
 took.
@@ -11,8 +11,8 @@ import time
 
 import keras
 
-from keras_transformer import model_flops
-from keras_transformer.train_input import first_batch_of_each_shape
+from keras_transformer.training import model_flops
+from keras_transformer.training.train_input import first_batch_of_each_shape
 
 
 class TrainingSpeed(keras.callbacks.Callback):

@@ -26,7 +26,7 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer import trainer
+from keras_transformer.training import trainer
 
 # The options the settings give a default for (the variants may change them).
 _CONFIG_OPTIONS = ("num_layers", "d_model", "num_heads", "ff_dim", "tie_embeddings", "dropout")
@@ -273,8 +273,8 @@ def train_variant(data, name, options, seed, callbacks=(), bleu_sentences=0, ver
         "diverged": diverged,
     }
     if bleu_sentences and not diverged:
-        from keras_transformer.evaluation import evaluate_pairs
-        from keras_transformer.translator import Translator
+        from keras_transformer.translation.evaluation import evaluate_pairs
+        from keras_transformer.translation.translator import Translator
 
         result = evaluate_pairs(
             Translator(model, data.tokenizer, beam_width=1), data.dev_pairs[:bleu_sentences], verbose=0

@@ -1,0 +1,132 @@
+"""`keras-transformer import`: a Hugging Face Marian model (a folder or a hub id) written as a run folder."""
+
+import json
+import os
+
+from keras_transformer.checkpoints.marian.checkpoint import build_model
+from keras_transformer.checkpoints.marian.checkpoint import read_marian
+from keras_transformer.checkpoints.marian.checkpoint import run_config
+from keras_transformer.checkpoints.marian.config import CONFIG_FILE
+from keras_transformer.checkpoints.marian.config import PYTORCH_FILE
+from keras_transformer.checkpoints.marian.config import SAFETENSORS_FILE
+from keras_transformer_runtime.errors import UserInputError
+from keras_transformer_runtime.marian_tokenizer import MARIAN_VOCABULARY_FILES
+
+def copy_vocabulary_files(source, destination):
+    """Copies a Marian tokenizer's files (`MARIAN_VOCABULARY_FILES`, `tokenizer_config.json`) between folders."""
+    import shutil
+
+    from keras_transformer_runtime.marian_tokenizer import TOKENIZER_CONFIG_FILE
+
+    for name in (*MARIAN_VOCABULARY_FILES, TOKENIZER_CONFIG_FILE):
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+
+
+# What `import_marian` fetches of a hub model: the files a Marian folder needs, no others.
+_HUB_FILES = [CONFIG_FILE, "generation_config.json", SAFETENSORS_FILE, PYTORCH_FILE, *MARIAN_VOCABULARY_FILES,
+              "tokenizer_config.json"]
+# The Hugging Face config, kept beside the imported model (the run's own config.json is a training config).
+MARIAN_CONFIG_FILE = "marian_config.json"
+IMPORTED_FILE = "imported.json"
+
+
+def _is_hub_id(source):
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not source.startswith((".", "/")) and " " not in source
+
+
+def fetch_marian(source):
+    """A local folder for `source`: the folder itself, or a hub id (`Helsinki-NLP/opus-mt-es-en`) downloaded.
+
+    Args:
+        source: a folder, or a Hugging Face hub id, fetched with
+            `huggingface_hub.snapshot_download` (its cache) where the network is available.
+
+    Returns:
+        The folder's path.
+
+    Raises:
+        UserInputError: neither a folder nor a hub id that can be fetched.
+
+    Example:
+
+    >>> fetch_marian("no such folder")
+    Traceback (most recent call last):
+    ...
+    keras_transformer_runtime.errors.UserInputError: no such folder: no such folder, and not a hub id ...
+    """
+    source = os.fspath(source)
+    if os.path.isdir(source):
+        return source
+    if not _is_hub_id(source) or os.path.exists(source):
+        raise UserInputError(f"{source}: no such folder, and not a hub id (ORGANIZATION/NAME, e.g. "
+                             "Helsinki-NLP/opus-mt-es-en).")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserInputError(f"{source}: fetching a hub model needs huggingface_hub (pip install huggingface_hub); "
+                             "or pass a local folder.") from None
+    try:
+        return snapshot_download(repo_id=source, allow_patterns=_HUB_FILES)
+    except Exception as error:  # offline, unknown id, no permission: huggingface_hub raises many kinds
+        raise UserInputError(f"{source}: could not fetch it from the Hugging Face hub "
+                             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                             "on a machine without the network, pass a local folder.") from None
+
+
+def import_marian(source, output, overwrite=False):
+    """Writes a run folder from a Hugging Face Marian model, which every verb then takes as a trained run.
+
+    The folder holds `model.keras` (a `transformer()` model with Marian's
+    settings and weights), Marian's tokenizer files (`source.spm`,
+    `target.spm`, `vocab.json`, `tokenizer_config.json`), its Hugging Face
+    config (`marian_config.json`), the run's own `config.json` (`run_config`:
+    what `train --from` reads) and `imported.json` (where it came from). It is written beside `output` and moved there whole, so a
+    failure leaves nothing in `output`.
+
+    Args:
+        source: a `MarianMTModel` folder, or a hub id (`fetch_marian`).
+        output: the run folder to write.
+        overwrite: replace a run folder that exists; otherwise an
+            existing, non-empty `output` is refused.
+
+    Returns:
+        The `MarianCheckpoint` that was imported.
+
+    Raises:
+        UserInputError: see `read_marian`; `output` exists and is not empty.
+
+    Example:
+
+    >>> import_marian("opus-mt-es-en", "runs/opus-mt-es-en")  # doctest: +SKIP
+    """
+    import shutil
+
+    output = os.fspath(output)
+    if os.path.isdir(output) and os.listdir(output) and not overwrite:
+        raise UserInputError(f"--output {output}: exists and is not empty; pass --overwrite to replace it.")
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise UserInputError(f"--output {output}: is a file, not a folder.")
+    checkpoint = read_marian(fetch_marian(source))
+    model = build_model(checkpoint)
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f".{os.path.basename(os.path.abspath(output))}.importing-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        os.makedirs(staging)
+        model.save(os.path.join(staging, "model.keras"))
+        copy_vocabulary_files(checkpoint.directory, staging)
+        shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(staging, MARIAN_CONFIG_FILE))
+        with open(os.path.join(staging, CONFIG_FILE), "w") as f:  # the run's own: what `train --from` reads
+            json.dump(run_config(checkpoint), f, indent=2)
+        with open(os.path.join(staging, IMPORTED_FILE), "w") as f:
+            json.dump({"format": "marian", "source": os.fspath(source), "parameters": int(model.count_params())},
+                      f, indent=2)
+        if os.path.isdir(output):
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return checkpoint
