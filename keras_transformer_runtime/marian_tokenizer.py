@@ -135,12 +135,31 @@ def read_id_table(directory):
     return pieces, specials
 
 
+def split_language_code(text):
+    """`(code, rest)`: a leading target-language token (`>>fra<<`) cut off a source text, as Marian's tokenizer does.
+
+    A multi-target OPUS-MT model (opus-mt-en-ROMANCE, en-mul, ...) reads
+    which language to write from such a token, which `vocab.json` holds
+    as one piece; the rest of the text goes through `source.spm`.
+
+    Example:
+
+    >>> split_language_code(">>fra<< Hello.")
+    ('>>fra<<', ' Hello.')
+    >>> split_language_code("Hello >>fra<<")
+    ('', 'Hello >>fra<<')
+    """
+    end = text.find("<<") if text.startswith(">>") else -1
+    return (text[:end + 2], text[end + 2:]) if end != -1 else ("", text)
+
+
 class MarianTokenizer:
     """Strings to this package's ids and back, as Hugging Face's `MarianTokenizer` does.
 
     A source string is cut into pieces by `source.spm`; each piece takes
     its id from `vocab.json` (a piece not in it is `<unk>`), then `</s>` is
-    appended, as Marian's encoder expects. Target ids become pieces
+    appended, as Marian's encoder expects. A target-language token at the
+    start (`>>fra<<`, `split_language_code`) is one piece, not spelled out. Target ids become pieces
     through the same table and a string through `target.spm`; `</s>`,
     `<unk>` and `<pad>` are dropped, as `decode(skip_special_tokens=True)`
     drops them. The ids are Marian's permuted by `marian_id_order`.
@@ -183,6 +202,8 @@ class MarianTokenizer:
         self._pieces = [pieces[i] for i in self.marian_ids]
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
         self._dropped = {self._ids[piece] for piece in self.specials.values()}
+        self.language_codes = tuple(sorted(piece[2:-2] for piece in pieces
+                                           if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4))
 
     @property
     def source_processor(self):
@@ -214,7 +235,11 @@ class MarianTokenizer:
 
     def _encode(self, texts, name, end):
         processor = self._processors[name]
-        rows = processor.encode(texts, out_type=str)
+        codes = [""] * len(texts)
+        if name == SOURCE_VOCABULARY_FILE:  # only the source may start with a target-language token
+            codes, texts = zip(*map(split_language_code, texts)) if texts else ((), ())
+        rows = processor.encode(list(texts), out_type=str)
+        rows = [[code, *row] if code else row for code, row in zip(codes, rows)]
         return [[self._ids.get(piece, UNK_ID) for piece in row] + ([END_ID] if end else []) for row in rows]
 
     def tokenize(self, inputs):

@@ -79,13 +79,13 @@ def _spm_pieces(serialized):
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def _opus_vocab(source_pieces, target_pieces, size=None):
-    """vocab.json as OPUS-MT has it: `</s>` 0, `<unk>` 1, the pieces of both models, `<pad>` last.
+def _opus_vocab(source_pieces, target_pieces, size=None, language_codes=()):
+    """vocab.json as OPUS-MT has it: `</s>` 0, `<unk>` 1, language tokens, the pieces of both models, `<pad>` last.
 
     With `size`, filler pieces no text produces (`▁filler0`, ...) make it `size` ids long.
     """
     vocab = {"</s>": 0, "<unk>": 1}
-    for piece in [*source_pieces, *target_pieces]:
+    for piece in [*(f">>{code}<<" for code in language_codes), *source_pieces, *target_pieces]:
         if piece not in _SPM_CONTROL_PIECES and piece not in vocab:
             vocab[piece] = len(vocab)
     while size is not None and len(vocab) < size - 1:
@@ -108,6 +108,7 @@ def make_marian_folder(
     weights="safetensors",
     texts=None,
     vocabulary_size=None,
+    language_codes=(),
 ):
     """Writes a small random OPUS-MT style `MarianMTModel` folder (Spanish to English) and returns its path.
 
@@ -153,6 +154,9 @@ def make_marian_folder(
         vocabulary_size: The size of vocab.json (opus-mt-es-en's is
             65,001), filled with pieces no text produces; by default just
             the pieces of the two SentencePiece models and the specials.
+        language_codes: target-language codes (`"fra"`, ...) whose tokens
+            (`>>fra<<`) vocab.json holds after `<unk>`, as a multi-target
+            OPUS-MT model (opus-mt-en-ROMANCE) has them.
 
     Returns:
         The folder's path, as a string.
@@ -180,7 +184,7 @@ def make_marian_folder(
     target_spm = _train_spm([en for _, en in pairs], vocabulary_pieces)
     (path / "source.spm").write_bytes(source_spm)
     (path / "target.spm").write_bytes(target_spm)
-    vocab = _opus_vocab(_spm_pieces(source_spm), _spm_pieces(target_spm), vocabulary_size)
+    vocab = _opus_vocab(_spm_pieces(source_spm), _spm_pieces(target_spm), vocabulary_size, language_codes)
     with open(path / "vocab.json", "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False, indent=2)
     vocab_size = len(vocab)

@@ -21,6 +21,43 @@ LAYER_NORM_EPSILON = 1e-5
 # gelu is the exact one in both).
 _ACTIVATIONS = {"swish": "swish", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 
+# Every key a Marian config.json may hold, in three kinds: none is ignored unnamed.
+# The keys `read_architecture` reads: each becomes an argument of the model, or
+# a value it refuses where the layers cannot express it.
+MODEL_KEYS = frozenset({
+    "model_type", "vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers",
+    "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+    "max_position_embeddings", "activation_function", "scale_embedding", "dropout", "pad_token_id",
+    "eos_token_id", "decoder_start_token_id", "share_encoder_decoder_embeddings", "tie_word_embeddings",
+    "normalize_before", "add_final_layer_norm", "normalize_embedding", "add_bias_logits",
+    "static_position_embeddings",
+})
+# Keys that change nothing of the model whatever their value: where it came from,
+# what transformers returns, training-only regularization (a fine-tuning run has
+# its own), and the decoding's defaults, which are generation settings.
+NO_EFFECT_KEYS = frozenset({
+    # where it came from, and what transformers' forward returns
+    "transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "use_bfloat16", "use_cache",
+    "is_encoder_decoder", "id2label", "label2id", "_num_labels", "num_labels", "problem_type",
+    "finetuning_task", "tokenizer_class", "prefix", "task_specific_params", "tf_legacy_loss",
+    "chunk_size_feed_forward", "num_hidden_layers", "gradient_checkpointing", "_attn_implementation_autoset",
+    # training only
+    "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop", "init_std",
+    "classif_dropout", "classifier_dropout",
+    # generation settings (generation_config.json holds them too)
+    "bos_token_id", "sep_token_id", "forced_bos_token_id", "forced_eos_token_id", "max_length", "min_length",
+    "num_beams", "num_beam_groups", "num_return_sequences", "length_penalty", "early_stopping",
+    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "do_sample", "temperature", "top_k",
+    "top_p", "typical_p", "repetition_penalty", "diversity_penalty", "output_scores", "return_dict_in_generate",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "renormalize_logits",
+})
+# Keys of transformers' base config that would change the model: refused unless at these defaults.
+DEFAULT_ONLY_KEYS = {"is_decoder": False, "add_cross_attention": False, "cross_attention_hidden_size": None,
+                     "tie_encoder_decoder": False, "pruned_heads": {}}
+
+
 class MarianArchitecture(typing.NamedTuple):
     """What `config.json` says of the model, as `transformer()` arguments.
 
@@ -105,6 +142,13 @@ def read_architecture(directory):
 
     def refuse(key, why):
         raise UserInputError(f"{path}: {key}={setting(key)!r}: {why}")
+
+    for key in config:
+        if key in DEFAULT_ONLY_KEYS and config[key] not in (DEFAULT_ONLY_KEYS[key], None):
+            refuse(key, f"the layers express Marian's model only with {key}={DEFAULT_ONLY_KEYS[key]!r}.")
+        if key not in MODEL_KEYS and key not in NO_EFFECT_KEYS and key not in DEFAULT_ONLY_KEYS:
+            refuse(key, "a setting this importer does not know; refused rather than ignored (a newer "
+                        "transformers? please report it).")
 
     for key in ("normalize_before", "add_final_layer_norm", "normalize_embedding", "add_bias_logits"):
         if setting(key):
