@@ -14,5 +14,7 @@ VOCABULARY_FILE = "vocabulary.spm"
 SOURCE_VOCABULARY_FILE = "source.spm"
 TARGET_VOCABULARY_FILE = "target.spm"
 ID_TABLE_FILE = "vocab.json"
+# A Marian model with a target vocabulary of its own (`separate_vocabs`) numbers the target pieces here.
+TARGET_ID_TABLE_FILE = "target_vocab.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 MARIAN_VOCABULARY_FILES = (SOURCE_VOCABULARY_FILE, TARGET_VOCABULARY_FILE, ID_TABLE_FILE)

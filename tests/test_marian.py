@@ -189,10 +189,7 @@ def _copy(folder, tmp_path, name="broken"):
 
 
 def _edit_config(folder, **changes):
-    path = folder / "config.json"
-    config = json.loads(path.read_text())
-    config.update(changes)
-    path.write_text(json.dumps(config))
+    _edit_json(folder / "config.json", **changes)
 
 
 def _truncate(path):
@@ -218,7 +215,15 @@ BAD_FOLDERS = {
     "a truncated safetensors file": (lambda f: _truncate(f / "model.safetensors"),
                                      "not a readable safetensors file"),
     "a vocab.json that disagrees with the embedding": (_extra_piece, "but config.json's vocab_size is"),
+    "a target vocabulary of its own": (lambda f: shutil.copyfile(f / "vocab.json", f / "target_vocab.json"),
+                                       "a target vocabulary of its own"),
+    "separate_vocabs in tokenizer_config.json": (lambda f: _edit_json(f / "tokenizer_config.json", separate_vocabs=True),
+                                                 "separate_vocabs"),
 }
+
+
+def _edit_json(path, **changes):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
 @pytest.mark.backend_independent

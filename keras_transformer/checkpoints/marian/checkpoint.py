@@ -11,6 +11,9 @@ from keras_transformer.checkpoints.marian.weights import marian_weights
 from keras_transformer.checkpoints.marian.weights import read_weights
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+from keras_transformer_runtime.marian_tokenizer import read_json_object
+from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
+from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 
 class MarianCheckpoint(typing.NamedTuple):
     """A Hugging Face Marian folder, read and checked.
@@ -47,6 +50,7 @@ def read_marian(directory):
     if not os.path.isdir(directory):
         raise UserInputError(f"{directory}: not a folder; pass a Hugging Face Marian model folder.")
     architecture = read_architecture(directory)
+    _refuse_a_target_vocabulary_of_its_own(directory)
     tokenizer = MarianTokenizer(directory)
     pieces = tokenizer.vocabulary_size()
     if pieces != architecture.vocabulary_size:
@@ -62,6 +66,20 @@ def read_marian(directory):
     tensors, weights_path = read_weights(directory)
     weights = marian_weights(architecture, tensors, tokenizer.marian_ids, weights_path)
     return MarianCheckpoint(directory, architecture, tokenizer, weights)
+
+
+def _refuse_a_target_vocabulary_of_its_own(directory):
+    """Refuses a model whose decoder numbers its pieces with `target_vocab.json` (`separate_vocabs`).
+
+    Read with `vocab.json` alone, such a model imports and then writes
+    the wrong pieces; until the target table is read, it is refused.
+    """
+    config_path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+    separate = os.path.isfile(config_path) and read_json_object(config_path, "").get("separate_vocabs")
+    if separate or os.path.isfile(os.path.join(directory, TARGET_ID_TABLE_FILE)):
+        where = config_path if separate else os.path.join(directory, TARGET_ID_TABLE_FILE)
+        raise UserInputError(f"{where}: a target vocabulary of its own (separate_vocabs, {TARGET_ID_TABLE_FILE}) "
+                             "is not imported yet; refused rather than translated with the wrong pieces.")
 
 
 def _start_id(checkpoint):
