@@ -24,13 +24,13 @@ import http.client
 import json
 import os
 import pathlib
-import re
-import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+from keras_transformer_runtime.serving.server_process import ServerProcess
 
 SHORT_SENTENCE = "Y dijo Dios: Sea la luz."
 START_TIMEOUT = 900
@@ -74,40 +74,6 @@ def offline(run, texts, repeats=3):
                 alone.append(time.perf_counter() - start)
             program_seconds = statistics.median(alone[1:])
     return rates, program_seconds, translations
-
-
-class Server:
-    """A `keras-transformer serve --port 0` process, ready, on loopback; `stop()` sends SIGTERM and reaps it."""
-
-    def __init__(self, run, *flags):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "keras_transformer_cli", "serve", "--model", f"es-en={run}", "--port", "0",
-             *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.url, self.lines, ready = None, [], threading.Event()
-
-        def read():
-            for line in self.process.stderr:
-                self.lines.append(line.rstrip())
-                found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-                self.url = found.group(1) if found else self.url
-                if "keras-transformer: ready:" in line or "keras-transformer: error" in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(START_TIMEOUT) or not any("ready:" in line for line in self.lines):
-            self.stop()
-            raise RuntimeError("the server did not get ready:\n" + "\n".join(self.lines[-20:]))
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        return self.process.returncode
 
 
 def _post(connection, text):
@@ -182,8 +148,8 @@ def measure(run, texts, client_counts, seconds_limit):
     modes = {"batched (default)": (), "one at a time (--max-batch-sentences 1)": ("--max-batch-sentences", "1")}
     rows, same, alone = [], {}, None
     for mode, flags in modes.items():
-        server = Server(run, *flags)
-        try:
+        with ServerProcess(["--model", f"es-en={run}", *flags], start_timeout=START_TIMEOUT,
+                           stop_timeout=120) as server:
             _load(server.url, texts[: max(client_counts)], max(client_counts), 60)  # warm-up
             if alone is None:
                 alone = _alone(server.url)
@@ -192,10 +158,9 @@ def measure(run, texts, client_counts, seconds_limit):
                 rows.append({"mode": mode, **row})
                 same[f"{mode}, {clients} clients"] = [sum(answers[i] == reference[i] for i in answers), len(answers)]
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        finally:
-            exit_code = server.stop()
-        if exit_code != 0:
-            raise RuntimeError(f"the server exited with {exit_code}:\n" + "\n".join(server.lines[-20:]))
+        if server.process.returncode != 0:
+            raise RuntimeError(f"the server exited with {server.process.returncode}:\n"
+                               + "\n".join(server.log_lines[-20:]))
     return {"offline_sentences_per_second": rates, "program_seconds_alone": program_seconds,
             "server_seconds_alone": alone, "rows": rows, "same_as_offline": same}
 

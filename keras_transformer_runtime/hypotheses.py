@@ -2,8 +2,8 @@
 
 `NBest` holds a decoding loop's n best hypotheses as arrays (from
 `keras_transformer.decoding.n_best_search`, or from the compiled program);
-`TextTranslator.n_best` reads them into one `Translation` per input: the source
-and its best hypotheses, best first, each a `Hypothesis` with its
+`TextTranslator.n_best` reads them into one `Translation` per input: the source,
+the warnings about it alone, and its best hypotheses, best first, each a `Hypothesis` with its
 log-probability score, the length-normalized score the beam ranked it by,
 and each token's score; with `alignments=True`, also its word alignment to
 the source and the cross-attention it was read from
@@ -94,17 +94,27 @@ class Translation:
             translation the translator returns when called.
         source_tokens: tuple of str, the source's pieces, when the
             hypotheses carry alignments; else None.
+        warnings: tuple of str, what went wrong with this source alone
+            (longer than `max_length` and truncated, mostly unknown to the
+            vocabulary, lone surrogates replaced), one line each; empty
+            when nothing did.
 
     Example:
 
     >>> translation = Translation("Sea la luz.", (Hypothesis("Let there be light.", -1.5, -0.9),))
     >>> translation.text, translation.to_json(token_scores=False)["hypotheses"][0]["text"]
     ('Let there be light.', 'Let there be light.')
+    >>> "warnings" in translation.to_json()
+    False
+    >>> Translation("🙂🎉", (Hypothesis("", -0.5, -0.4),), warnings=(
+    ...     "2 of 2 characters are unknown to the vocabulary, so the translation is a guess",)).to_json()["warnings"]
+    ['2 of 2 characters are unknown to the vocabulary, so the translation is a guess']
     """
 
     source: str
     hypotheses: tuple
     source_tokens: tuple = None
+    warnings: tuple = ()
 
     @property
     def text(self):
@@ -112,9 +122,12 @@ class Translation:
         return self.hypotheses[0].text
 
     def to_json(self, token_scores=True, attention=True):
-        """A dict of plain values: `source`, `source_tokens` if any, and `hypotheses` (each `Hypothesis.to_json`)."""
+        """A dict of plain values: `source`, `source_tokens` if any, `hypotheses` (each `Hypothesis.to_json`)
+        and `warnings` if any."""
         value = {"source": self.source}
         if self.source_tokens is not None:
             value["source_tokens"] = list(self.source_tokens)
         value["hypotheses"] = [hypothesis.to_json(token_scores, attention) for hypothesis in self.hypotheses]
+        if self.warnings:
+            value["warnings"] = list(self.warnings)
         return value

@@ -23,6 +23,7 @@ from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import PAD_ID
 from keras_transformer_runtime.special_tokens import UNK_ID
+from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
 
 # With a compiled loop, sources are padded to this many tokens, or to a
 # power of two above it (at most the model's max_length), so a stream of
@@ -55,12 +56,15 @@ class TextTranslator:
     Defined behaviour on awkward input, so one bad string never fails a
     batch: an empty (or whitespace-only) string translates to `""` without
     running the model; `bytes` are decoded as UTF-8 with invalid sequences
-    replaced by U+FFFD, and so are lone surrogates in a `str` (what Python
-    makes of undecodable command-line bytes), with a `UserWarning`; a source
-    longer than `max_length` tokens is truncated to it, with a `UserWarning`
-    naming how many were; a sentence whose characters are mostly unknown to
-    the vocabulary (emoji, another script) gets a `UserWarning` naming it
-    and the fraction, since its translation can only be a guess.
+    replaced by U+FFFD, and so is each lone surrogate in a `str` (what
+    Python makes of undecodable command-line bytes; `text_cleaning`), with a
+    `UserWarning`; a source longer than `max_length` tokens is truncated to
+    it, with a `UserWarning` naming how many were; a sentence whose
+    characters are mostly unknown to the vocabulary (emoji, another script)
+    gets a `UserWarning` naming it and the fraction, since its translation
+    can only be a guess. Those warnings speak of a whole call (`warn=False`
+    leaves them out); `n_best` also gives each sentence its own, on its
+    `Translation` (`Translation.warnings`).
 
     A subclass sets `tokenizer`, `max_length`, `batch_size` and `bucketed`
     (whether batches are padded into a few shapes, for a compiled engine)
@@ -99,18 +103,30 @@ class TextTranslator:
 
     def _token_ids(self, texts):
         """Each text's token ids, cut to `max_length` (with a warning saying how many were)."""
+        return self._checked_token_ids(texts)[0]
+
+    def _checked_token_ids(self, texts, warn=True):
+        """`(ids, found)`: each text's token ids cut to `max_length`, and each one's warnings (a tuple of str).
+
+        With `warn`, what was found is also said in one `UserWarning` a kind for all of `texts`.
+        """
         ids = self.tokenizer.tokenize(texts)
         ids = [list(np.asarray(row).reshape(-1)) for row in ids]
-        self._warn_about_unknown_characters(texts, ids)
-        too_long = sum(len(row) > self.max_length for row in ids)
-        if too_long:
-            warnings.warn(
-                f"{too_long} of {len(ids)} inputs are longer than max_length="
-                f"{self.max_length} tokens and were truncated.",
-                UserWarning,
-                stacklevel=5,
-            )
-        return [row[: self.max_length] for row in ids]
+        found = [[] for _ in texts]
+        for messages, row in zip(found, ids):
+            if len(row) > self.max_length:
+                messages.append(f"longer than max_length={self.max_length} tokens ({len(row)}); truncated")
+        unknown = self._mostly_unknown(texts, ids)
+        for i, count, total in unknown:
+            found[i].append(f"{count} of {total} characters are unknown to the vocabulary, so the translation "
+                            "is a guess")
+        if warn:
+            _warn_about_unknown_characters([(texts[i], count, total) for i, count, total in unknown])
+            too_long = sum(len(row) > self.max_length for row in ids)
+            if too_long:
+                warnings.warn(f"{too_long} of {len(ids)} inputs are longer than max_length={self.max_length} "
+                              "tokens and were truncated.", UserWarning, stacklevel=4)
+        return [row[: self.max_length] for row in ids], [tuple(messages) for messages in found]
 
     def _padded_batch(self, ids, batch_rows=None):
         """`ids` as int32 `(rows, width)`, padded with 0; bucketed, in a few shapes only.
@@ -167,24 +183,16 @@ class TextTranslator:
             self._character_is_known[character] = not (ids == UNK_ID).any()
         return sum(not self._character_is_known[c] for c in characters), len(characters)
 
-    def _warn_about_unknown_characters(self, texts, ids):
-        shown = 3
+    def _mostly_unknown(self, texts, ids):
+        """`(index, unknown, characters)` of each text whose characters are mostly unknown to the vocabulary."""
         unknown = []
-        for text, row in zip(texts, ids):
+        for i, (text, row) in enumerate(zip(texts, ids)):
             if UNK_ID not in row:  # the common case costs nothing more
                 continue
             count, total = self.unknown_characters(text)
             if total and count / total > UNKNOWN_WARNING_FRACTION:
-                unknown.append(f"{text[:40]!r}{'...' if len(text) > 40 else ''}: {count} of {total} "
-                               f"characters ({count / total:.0%})")
-        if unknown:
-            more = f"; and {len(unknown) - shown} more inputs" if len(unknown) > shown else ""
-            warnings.warn(
-                "mostly unknown to the vocabulary, so the translation is a guess: "
-                + "; ".join(unknown[:shown]) + more + ".",
-                UserWarning,
-                stacklevel=5,
-            )
+                unknown.append((i, count, total))
+        return unknown
 
     def _detokenize(self, generated):
         rows = []
@@ -194,7 +202,7 @@ class TextTranslator:
         texts = self.tokenizer.detokenize(rows) if rows else []
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
 
-    def __call__(self, texts, progress=None):
+    def __call__(self, texts, progress=None, warn=True):
         """Translates `texts` (a string, bytes or a list of them).
 
         More than `batch_size` texts are decoded in batches of similar
@@ -204,6 +212,9 @@ class TextTranslator:
             texts: a string, bytes, or a list of them.
             progress: callable, called with the number of sentences of each
                 batch once it is translated (e.g. a progress bar's `add`).
+            warn: bool, say what was truncated or replaced, or mostly
+                unknown, in a `UserWarning` a kind for the call (what the
+                command line prints). Defaults to True.
 
         Returns:
             A list of translations (a single string for a single input; an
@@ -213,20 +224,22 @@ class TextTranslator:
             TypeError: `texts` is neither a string, bytes nor an iterable of
                 them.
         """
-        single, texts = _checked_texts(texts)
-        outputs = self._in_batches(
-            texts, lambda source, count: self._detokenize(self._decode(source)[:count]), progress
+        single, texts, _ = _checked_texts(texts, warn)
+        outputs, _ = self._in_batches(
+            texts, lambda source, count: self._detokenize(self._decode(source)[:count]), progress, warn
         )
         outputs = ["" if output is None else output for output in outputs]
         return outputs[0] if single else outputs
 
-    def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER):
+    def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER, warn=True):
         """The `n` best translations of each of `texts`, with their scores (`hypotheses.Translation`).
 
         The first hypothesis of each is what calling the translator gives
         with the same settings. An empty text has one hypothesis, `""`,
         scored 0. Scores are log-probabilities (see
-        `keras_transformer.decoding.n_best`).
+        `keras_transformer.decoding.n_best`). Each translation carries the
+        warnings about its own source (`Translation.warnings`: truncated,
+        mostly unknown, lone surrogates replaced), whatever `warn` says.
 
         Args:
             texts: a string, bytes, or a list of them.
@@ -239,6 +252,10 @@ class TextTranslator:
             alignment_layer: the decoder layer the alignments read: an
                 index (negative from the last) or `"mean"` (of all).
                 Defaults to `alignment.ALIGNMENT_LAYER`.
+            warn: bool, also say those warnings in a `UserWarning` a kind
+                for the call, as when calling the translator. Defaults to
+                True; a server, which answers each sentence's warnings with
+                it, passes False and leaves Python's warnings alone.
 
         Returns:
             A list of `Translation`s (a single one for a single input).
@@ -251,7 +268,7 @@ class TextTranslator:
         beam_width = getattr(self, "beam_width", 1)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= beam_width:
             raise ValueError(f"n must be an int from 1 to the beam's width, {beam_width}; got n={n!r}.")
-        single, texts = _checked_texts(texts)
+        single, texts, replaced = _checked_texts(texts, warn)
         if alignments:
             check_layer(alignment_layer, self.decoder_layer_count())  # before decoding
 
@@ -259,30 +276,35 @@ class TextTranslator:
             n_best = self._decode_n_best(source, int(n), cross_attention=bool(alignments))
             return self._hypotheses(n_best, count, source if alignments else None, alignment_layer)
 
-        outputs = self._in_batches(texts, translate_batch, progress)
+        outputs, found = self._in_batches(texts, translate_batch, progress, warn)
         translations = []
-        for text, (source_tokens, hypotheses) in zip(texts, (output or (None, None) for output in outputs)):
+        for text, (source_tokens, hypotheses), before, after in zip(
+                texts, (output or (None, None) for output in outputs), replaced, found):
             if hypotheses is None:  # a blank text
                 source_tokens = () if alignments else None
                 hypotheses = [Hypothesis("", 0.0, 0.0, **({"alignment": (), "attention": ()} if alignments else {}))]
-            translations.append(Translation(text, tuple(hypotheses), source_tokens))
+            translations.append(Translation(text, tuple(hypotheses), source_tokens, before + after))
         return translations[0] if single else translations
 
     def decoder_layer_count(self):
         """How many decoder layers the model has (the layers `alignment_layer` counts)."""
         raise NotImplementedError(f"{type(self).__name__} does not give cross-attention.")
 
-    def _in_batches(self, texts, translate_batch, progress):
-        """`translate_batch(source, count)` over `texts` in sorted batches, back in input order.
+    def _in_batches(self, texts, translate_batch, progress, warn=True):
+        """`(outputs, found)`: `translate_batch(source, count)` over `texts` in sorted batches, back in input
+        order, and each text's warnings (`_checked_token_ids`).
 
-        A blank text gets None, and no batch.
+        A blank text gets None, no batch and no warning.
         """
-        outputs = [None] * len(texts)
+        outputs, found = [None] * len(texts), [()] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if progress is not None and len(todo) < len(texts):
             progress(len(texts) - len(todo))
         if todo:
-            ids = dict(zip(todo, self._token_ids([texts[i] for i in todo])))
+            ids, warned = self._checked_token_ids([texts[i] for i in todo], warn)
+            ids = dict(zip(todo, ids))
+            for i, messages in zip(todo, warned):
+                found[i] = messages
             # Similar lengths together: less padding, and batches that finish together.
             todo.sort(key=lambda i: len(ids[i]))
             # Several batches: each as many rows as the first, one shape fewer to compile.
@@ -297,7 +319,7 @@ class TextTranslator:
                     outputs[i] = output
                 if progress is not None:
                     progress(len(batch))
-        return outputs
+        return outputs, found
 
     def _hypotheses(self, n_best, count, source=None, alignment_layer=ALIGNMENT_LAYER):
         """Each of the first `count` rows' `(source pieces, hypotheses)`, from `_decode_n_best`'s arrays.
@@ -337,7 +359,7 @@ class TextTranslator:
     def _decode_n_best(self, source, n, cross_attention=False):
         raise NotImplementedError(
             f"{type(self).__name__} gives one translation per input; n-best lists need the Keras model "
-            "(keras_transformer.translator.Translator) or a compiled program of an n-best list "
+            "(keras_transformer.translation.translator.Translator) or a compiled program of an n-best list "
             "(load_compiled_translator(..., n_best=n))."
         )
 
@@ -345,8 +367,13 @@ class TextTranslator:
         raise NotImplementedError(f"{type(self).__name__} must define _decode(source) -> generated ids.")
 
 
-def _checked_texts(texts):
-    """`(single, texts)`: whether one text was given, and the texts as a list of `str` (see `TextTranslator`)."""
+def _checked_texts(texts, warn=True):
+    """`(single, texts, replaced)`: whether one text was given, the texts as a list of `str`, and each one's
+    warning about lone surrogates replaced (see `TextTranslator`); with `warn`, also one `UserWarning`.
+
+    `sentencepiece` refuses lone surrogates with a TypeError; Python makes them
+    of bytes that are not UTF-8 on a command line (`surrogateescape`).
+    """
     single = isinstance(texts, (str, bytes))
     if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
         raise TypeError(
@@ -360,28 +387,25 @@ def _checked_texts(texts):
                 f"{type(text).__name__} ({text!r:.40})."
             )
     texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
-    return single, _without_lone_surrogates(texts)
+    texts, counts = zip(*map(replace_lone_surrogates, texts)) if texts else ((), ())
+    replaced = [(f"held {count} lone surrogate{'s' if count > 1 else ''} (bytes that are not UTF-8); each replaced "
+                 "by U+FFFD",) if count else () for count in counts]
+    held = sum(count > 0 for count in counts)
+    if warn and held:
+        warnings.warn(f"{held} of {len(texts)} inputs held bytes that are not UTF-8 (lone surrogates); "
+                      "they were replaced by U+FFFD.", UserWarning, stacklevel=3)
+    return single, list(texts), replaced
 
 
-def _without_lone_surrogates(texts):
-    """`texts` with each lone surrogate (U+D800..U+DFFF) replaced by U+FFFD, and a warning if any was.
-
-    `sentencepiece` refuses such strings with a TypeError; Python makes them
-    of bytes that are not UTF-8 on a command line (`surrogateescape`).
-    """
-    replaced = 0
-    cleaned = []
-    for text in texts:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # only surrogates fail to encode
-            text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
-            replaced += 1
-        cleaned.append(text)
-    if replaced:
-        warnings.warn(f"{replaced} of {len(texts)} inputs held bytes that are not UTF-8 (lone surrogates); "
-                      "they were replaced by U+FFFD.", UserWarning, stacklevel=4)
-    return cleaned
+def _warn_about_unknown_characters(unknown, shown=3):
+    """One `UserWarning` naming the first `shown` of `unknown`'s `(text, unknown, characters)`, if any."""
+    if not unknown:
+        return
+    named = [f"{text[:40]!r}{'...' if len(text) > 40 else ''}: {count} of {total} characters ({count / total:.0%})"
+             for text, count, total in unknown[:shown]]
+    more = f"; and {len(unknown) - shown} more inputs" if len(unknown) > shown else ""
+    warnings.warn("mostly unknown to the vocabulary, so the translation is a guess: " + "; ".join(named) + more
+                  + ".", UserWarning, stacklevel=5)
 
 
 def next_bucket(size, smallest):

@@ -8,7 +8,6 @@ whatever KERAS_BACKEND says).
 """
 
 import concurrent.futures
-import contextlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from hypothesis import strategies as st
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("jax")
+from keras_transformer_runtime.serving.server_process import ServerProcess  # noqa: E402
 
 pytestmark = [pytest.mark.end_to_end, pytest.mark.backend_independent]
 
@@ -51,48 +51,11 @@ _SAYS_WHETHER_KERAS_WAS_IMPORTED = (
     "print('keras-transformer: keras imported:', 'keras' in sys.modules, file=sys.stderr)\nsys.exit(code)\n")
 
 
-class _Server:
-    """A `keras-transformer serve` process: its address once ready, and its log."""
-
-    def __init__(self, process, log_lines):
-        self.process, self.log_lines = process, log_lines
-        self.url = None
-
-    def log(self):
-        return "\n".join(self.log_lines)
-
-
-@contextlib.contextmanager
 def _serving(trained_run, cache, *flags):
-    """Starts `serve --port 0` on the trained run, waits until /readyz, yields a `_Server`; always reaped."""
-    command = [sys.executable, "-c", _SAYS_WHETHER_KERAS_WAS_IMPORTED, "serve", "--model", f"es-en={trained_run}",
-               "--port", "0", *flags]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env=_environment(cache))
-    server = _Server(process, [])
-    ready = threading.Event()
-
-    def read_log():
-        for line in process.stderr:
-            server.log_lines.append(line.rstrip("\n"))
-            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                server.url = found.group(1)
-            if "keras-transformer: ready:" in line or "keras-transformer: error" in line:
-                ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=read_log, daemon=True)
-    reader.start()
-    try:
-        assert ready.wait(START_TIMEOUT), "the server did not get ready:\n" + server.log()
-        assert server.url and any("ready:" in line for line in server.log_lines), server.log()
-        yield server
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-        reader.join(timeout=10)
+    """`serve --port 0` on the trained run, ready inside a `with` (a `ServerProcess`); always stopped and reaped."""
+    return ServerProcess(["--model", f"es-en={trained_run}", *flags], env=_environment(cache),
+                         program=[sys.executable, "-c", _SAYS_WHETHER_KERAS_WAS_IMPORTED],
+                         start_timeout=START_TIMEOUT, stop_timeout=REQUEST_TIMEOUT)
 
 
 def _cli_jsonl(trained_run, cache, texts, *flags):
@@ -221,7 +184,6 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0_without_k
             stop.set()
             for client in clients:
                 client.result(timeout=REQUEST_TIMEOUT)
-        time.sleep(0.5)  # the log reader's last lines
         stopped = re.search(r"stopped: (\d+) translation requests taken, (\d+) answered, (\d+) timed out, "
                             r"(\d+) failed", running.log())
     assert code == 0, running.log()
@@ -230,6 +192,22 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0_without_k
     taken, answered, timed_out, failed = map(int, stopped.groups())
     assert taken == answered == statuses.count(200) and timed_out == failed == 0
     assert set(statuses) <= {200, 503, "not taken"}, statuses  # 503: "shutting down", never taken
+
+
+def test_a_server_that_cannot_start_is_reported_with_its_log_and_reaped(tmp_path, cache):
+    server = ServerProcess(["--model", str(tmp_path / "no-run")], env=_environment(cache), start_timeout=START_TIMEOUT)
+    with pytest.raises(RuntimeError, match="exited with 2 before it was ready") as raised:
+        with server:
+            pytest.fail("the body ran without a server")
+    assert server.process.returncode == 2 and "no-run" in str(raised.value)
+
+
+def test_the_server_is_stopped_and_reaped_when_the_body_raises(trained_run, cache):
+    with pytest.raises(KeyError):
+        with _serving(trained_run, cache) as running:
+            raise KeyError("the body failed")
+    assert running.process.returncode == 0, running.log()  # SIGTERM: drained, a clean exit
+    assert "stopped: 0 translation requests taken" in running.log()
 
 
 def test_a_token_guards_the_server_when_given(trained_run, cache, tmp_path):

@@ -1,8 +1,9 @@
 """`keras-transformer serve` in process: the batcher, the request checks, the routes, the limits.
 
-A stub engine stands in for the model (it answers each sentence reversed),
-so these run in the contributor's loop in seconds; tests/test_serve_command.py
-starts real servers on a trained run.
+A stub engine behind the real text front end (`TextTranslator`) stands in
+for the model (it answers each sentence reversed), so these run in the
+contributor's loop in seconds; tests/test_serve_command.py starts real
+servers on a trained run.
 """
 
 import asyncio
@@ -10,7 +11,9 @@ import concurrent.futures
 import json
 import threading
 import time
+import warnings
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import given
@@ -21,8 +24,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 from keras_transformer_cli import main  # noqa: E402
-from keras_transformer_runtime.hypotheses import Hypothesis  # noqa: E402
-from keras_transformer_runtime.hypotheses import Translation  # noqa: E402
+from keras_transformer_runtime.hypotheses import NBest  # noqa: E402
 from keras_transformer_runtime.serving.app import OPEN_PATHS  # noqa: E402
 from keras_transformer_runtime.serving.app import ServerLimits  # noqa: E402
 from keras_transformer_runtime.serving.app import create_app  # noqa: E402
@@ -33,31 +35,57 @@ from keras_transformer_runtime.serving.request_bodies import RequestError  # noq
 from keras_transformer_runtime.serving.request_bodies import parse_predict  # noqa: E402
 from keras_transformer_runtime.serving.request_bodies import parse_translate  # noqa: E402
 from keras_transformer_runtime.serving.served_model import ServedModel  # noqa: E402
+from keras_transformer_runtime.special_tokens import END_ID  # noqa: E402
+from keras_transformer_runtime.special_tokens import PAD_ID  # noqa: E402
+from keras_transformer_runtime.special_tokens import UNK_ID  # noqa: E402
+from keras_transformer_runtime.text_translator import TextTranslator  # noqa: E402
 
 pytestmark = pytest.mark.backend_independent
 
 
-class _Reverser:
-    """A translator's surface (`n_best`, `tokenizer`, `max_length`): each sentence reversed, hypothesis k + k '!'."""
+_FIRST_PIECE = ord(" ") - 4  # " " is piece 4, after the special tokens
 
-    max_length = 6
+
+class _Characters:
+    """A tokenizer of one piece a printable ASCII character; any other character is unknown (`UNK_ID`)."""
+
+    def tokenize(self, texts):
+        return [[ord(c) - _FIRST_PIECE if " " <= c <= "~" else UNK_ID for c in text] for text in texts]
+
+    def id_to_token(self, token):
+        return {END_ID: "</s>", UNK_ID: "<unk>"}.get(token) or chr(token + _FIRST_PIECE)
+
+    def detokenize(self, rows):
+        return ["".join("?" if token == UNK_ID else chr(token + _FIRST_PIECE) for token in row) for row in rows]
+
+
+class _Reverser(TextTranslator):
+    """The real text front end on `_Characters`: each sentence reversed, hypothesis k with k '!' more."""
+
+    max_length, batch_size, bucketed, beam_width = 16, 8, False, 2
 
     def __init__(self, delay=0.0):
         self.delay = delay
-        self.batches = []
-        self.tokenizer = self
+        self.tokenizer = _Characters()
 
-    def tokenize(self, texts):
-        return [[5] * len(text.split()) for text in texts]
-
-    def unknown_characters(self, text):
-        return 0, len(text)
-
-    def n_best(self, texts, n, alignments=False):
-        self.batches.append(list(texts))
+    def n_best(self, texts, n, **options):
         time.sleep(self.delay)
-        return [Translation(text, tuple(Hypothesis(text[::-1] + "!" * k, -1.0 - k, -0.5 - k) for k in range(n)))
-                for text in texts]
+        return super().n_best(texts, n, **options)
+
+    def decoder_layer_count(self):
+        return 1
+
+    def _decode_n_best(self, source, n, cross_attention=False):
+        rows, width = source.shape
+        tokens = np.zeros((rows, n, width + n), "int32")
+        for row, ids in enumerate(source):
+            reversed_ids = [int(token) for token in ids[::-1] if token != PAD_ID]
+            for k in range(n):
+                hypothesis = reversed_ids + [ord("!") - _FIRST_PIECE] * k + [END_ID]
+                tokens[row, k, : len(hypothesis)] = hypothesis
+        scores = np.tile(-1.0 - np.arange(n), (rows, 1))
+        attention = np.full((rows, n, 1, width + n, width), 1 / width) if cross_attention else None
+        return NBest(tokens, scores, scores + 0.5, np.zeros(tokens.shape), attention)
 
 
 def _served(translator, beams=(2, 1), name="es-en"):
@@ -172,8 +200,8 @@ def test_the_server_answers_translate_jsonl_fields_cut_to_n_best_with_each_sente
     assert [h["text"] for h in first["hypotheses"]] == ["ogima aloh", "ogima aloh!"]
     assert first["source"] == "hola amigo" and "warnings" not in first
     assert set(first["hypotheses"][0]) == {"text", "score", "normalized_score", "tokens", "token_scores"}
-    assert len(blank["hypotheses"]) == 2
-    assert any("max_length=6" in warning for warning in long["warnings"])
+    assert [h["text"] for h in blank["hypotheses"]] == [""] and "warnings" not in blank
+    assert long["warnings"] == ["longer than max_length=16 tokens (36); truncated"]
 
 
 def test_tensorflow_serving_clients_get_the_best_translation_in_rows_or_columns():
@@ -210,13 +238,32 @@ def test_bad_requests_get_a_4xx_with_a_one_line_reason_and_the_server_stays_up(b
         assert client.post("/v1/translate", json={"text": "ok"}).status_code == 200
 
 
-def test_a_lone_surrogate_is_replaced_and_warned_about_not_a_500():
+def test_each_lone_surrogate_is_replaced_by_one_replacement_character_and_warned_about_not_a_500():
     with _client({"es-en": _served(_Reverser())}) as client:
         _wait_ready(client)
-        response = client.post("/v1/translate", content=b'{"text": ["a\\ud800b"]}')
+        response = client.post("/v1/translate", content=b'{"text": ["a\\ud800b", "a\\udfff\\ud800b"]}')
     assert response.status_code == 200
-    translation = response.json()["translations"][0]
-    assert translation["source"] == "a\ufffdb" and "lone surrogates" in translation["warnings"][0]
+    one, two = response.json()["translations"]
+    assert one["source"] == "a\ufffdb" and two["source"] == "a\ufffd\ufffdb"
+    assert one["warnings"] == two["warnings"] == ["held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD"]
+
+
+def test_each_sentences_warnings_come_in_its_answer_and_none_through_pythons_warnings():
+    texts = ["我爱你中国", "hola", "\ud800" + "x" * 20]
+    with _client({"es-en": _served(_Reverser())}) as client:
+        _wait_ready(client)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            response = client.post("/v1/translate", content=json.dumps({"text": texts}).encode())
+            predicted = client.post("/v1/models/es-en:predict", content=json.dumps({"instances": texts}).encode())
+    assert response.status_code == predicted.status_code == 200, response.text
+    unknown, plain, surrogate_and_long = response.json()["translations"]
+    assert unknown["warnings"] == ["5 of 5 characters are unknown to the vocabulary, so the translation is a guess"]
+    assert "warnings" not in plain
+    assert surrogate_and_long["warnings"] == ["held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD",
+                                              "longer than max_length=16 tokens (21); truncated"]
+    assert predicted.json()["predictions"][1] == "aloh"
+    assert not [warning for warning in caught if issubclass(warning.category, UserWarning)], caught
 
 
 def test_a_request_over_its_timeout_gets_504_and_a_full_queue_503_with_retry_after():
@@ -344,10 +391,10 @@ def test_a_busy_batcher_takes_whole_engine_batches_and_leaves_the_rest_to_go_fir
 
 
 class _Failing(_Reverser):
-    def n_best(self, texts, n, alignments=False):
+    def n_best(self, texts, n, **options):
         if "boom" in texts:
             raise RuntimeError("engine\nfailed")
-        return super().n_best(texts, n, alignments)
+        return super().n_best(texts, n, **options)
 
 
 def test_an_engine_failure_is_a_one_line_500_logged_whole_and_the_server_goes_on():

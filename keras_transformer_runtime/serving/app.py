@@ -212,11 +212,9 @@ async def _translate(request, state):
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
     for result, text_warnings in zip(results, parsed.text_warnings):
-        translation = dataclasses.replace(result.translation, hypotheses=result.translation.hypotheses[: parsed.n_best])
-        answer = translation.to_json(parsed.token_scores, parsed.attention_weights)
-        if text_warnings + result.warnings:
-            answer["warnings"] = list(text_warnings + result.warnings)
-        answers.append(answer)
+        translation = dataclasses.replace(result, hypotheses=result.hypotheses[: parsed.n_best],
+                                          warnings=text_warnings + result.warnings)
+        answers.append(translation.to_json(parsed.token_scores, parsed.attention_weights))
     state.metrics.latency.labels(model=model).observe(time.monotonic() - started)
     return _counted(state, "translate", model, JSONResponse({"model": model, "translations": answers}))
 
@@ -231,7 +229,7 @@ async def _predict(request, state, name):
         results = await _translations(state, name, Setting(model.default_beam), texts)
     except RequestError as error:
         return _counted(state, "predict", name, _error(error.status, str(error), _retry_after(error)))
-    translations = [result.translation.text for result in results]
+    translations = [result.text for result in results]
     state.metrics.latency.labels(model=name).observe(time.monotonic() - started)
     return _counted(state, "predict", name,
                     JSONResponse({"outputs": translations} if columnar else {"predictions": translations}))
@@ -245,7 +243,7 @@ def _known_model(state, name, endpoint):
 
 
 async def _translations(state, name, setting, texts):
-    """The `Translated` of each text, from the model's batcher; a `RequestError` when it cannot be had."""
+    """The `Translation` of each text, from the model's batcher; a `RequestError` when it cannot be had."""
     if state.draining:
         raise RequestError(503, "the server is shutting down")
     if not state.ready:

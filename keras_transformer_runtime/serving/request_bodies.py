@@ -12,6 +12,8 @@ import binascii
 import dataclasses
 import json
 
+from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
+
 # The fields of `POST /v1/translate` and their meaning (also the OpenAPI description's).
 TRANSLATE_FIELDS = {
     "model": "the model's name, as `serve --model` gave it; may be left out when one model is served",
@@ -192,12 +194,9 @@ def _texts(value, where, max_texts):
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise RequestError(400, f"{where}[{i}] must be a string, not {_json_type(text)}")
-        try:
-            text.encode("utf-8")
-            text_warnings.append(())
-        except UnicodeEncodeError:  # JSON's "\ud800": a lone surrogate, which no UTF-8 answer can hold
-            text = "".join("\ufffd" if "\ud800" <= character <= "\udfff" else character for character in text)
-            text_warnings.append(("held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD",))
+        text, replaced = replace_lone_surrogates(text)  # JSON's "\ud800", which no UTF-8 answer can hold
+        text_warnings.append(("held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD",) if replaced
+                             else ())
         cleaned.append(text)
     return tuple(cleaned), tuple(text_warnings)
 

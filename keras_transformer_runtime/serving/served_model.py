@@ -4,18 +4,13 @@ A request chooses a beam width (among those the command line served) and
 whether it wants alignments; each such setting is its own decoding program
 (`Setting`). `ServedModel` loads them all once, compiles every batch shape
 before the server says it is ready, and translates a batch of one
-setting into `translate --format jsonl`'s objects, with the warnings of
-each sentence (truncated, mostly unknown characters) beside it.
+setting into `Translation`s, `translate --format jsonl`'s objects, each
+with the warnings about its own sentence (truncated, mostly unknown
+characters).
 """
 
 import dataclasses
 import os
-import warnings
-
-import numpy as np
-
-from keras_transformer_runtime.special_tokens import UNK_ID
-from keras_transformer_runtime.text_translator import UNKNOWN_WARNING_FRACTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,14 +25,6 @@ class Setting:
 
     beam: int
     alignments: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Translated:
-    """A sentence's `Translation` (its `beam` best hypotheses) and the warnings about its input."""
-
-    translation: object
-    warnings: tuple = ()
 
 
 def model_name(argument):
@@ -115,32 +102,12 @@ Setting(beam=1, alignments=True)]
         return next(iter(self._translators.values())).max_length
 
     def translate(self, setting, texts):
-        """Each of `texts` translated with `setting`: one `Translated` each, in order.
+        """Each of `texts` translated with `setting`: one `Translation` each, in order, with its warnings.
 
-        Runs in the server's decoding thread. The translator's own warnings
-        (which would name the batch, not the request) are silenced; each
-        sentence's are returned with it instead.
+        Runs in the server's decoding thread. The translator says nothing
+        through Python's warnings (which are process-wide, and would name
+        the batch, not the request): each sentence's warnings come on its
+        `Translation` instead.
         """
-        translator = self._translators[setting]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            translations = translator.n_best(list(texts), setting.beam, alignments=setting.alignments)
-        return [Translated(translation, sentence_warnings)
-                for translation, sentence_warnings in zip(translations, self._warnings(translator, texts))]
-
-    def _warnings(self, translator, texts):
-        """What `TextTranslator` warns about each of `texts`, one tuple each."""
-        found = [[] for _ in texts]
-        given = [i for i, text in enumerate(texts) if text.strip()]
-        ids = translator.tokenizer.tokenize([texts[i] for i in given]) if given else []
-        for i, row in zip(given, ids):
-            row = np.asarray(row).reshape(-1)
-            if len(row) > translator.max_length:
-                found[i].append(f"longer than max_length={translator.max_length} tokens ({len(row)}); "
-                                "truncated")
-            if (row == UNK_ID).any():
-                unknown, characters = translator.unknown_characters(texts[i])
-                if characters and unknown / characters > UNKNOWN_WARNING_FRACTION:
-                    found[i].append(f"{unknown} of {characters} characters are unknown to the vocabulary, so "
-                                    "the translation is a guess")
-        return [tuple(messages) for messages in found]
+        return self._translators[setting].n_best(list(texts), setting.beam, alignments=setting.alignments,
+                                                  warn=False)
