@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import keras_transformer_cli as cli
+from keras_transformer_cli import arguments
 from keras_transformer_cli import commands
 from keras_transformer.training.presets import ACCELERATOR_TRAINING_DEFAULTS
 from keras_transformer.training.presets import DEFAULT_PRESET
@@ -83,7 +84,7 @@ def test_the_parsers_defaults_are_the_configs():
     shared = set(args) & set(defaults) - {"jit_compile"}  # "auto" is the CLI's None
     assert len(shared) > 15
     assert {key: args[key] for key in shared} == {key: defaults[key] for key in shared}
-    assert set(cli.PRESET_NAMES) == set(PRESETS)
+    assert set(arguments.PRESET_NAMES) == set(PRESETS)
 
 
 def test_the_decoding_defaults_are_the_translators():

@@ -140,7 +140,7 @@ def test_a_model_ctranslate2_cannot_hold_is_refused_with_the_reason(tmp_path):
 
 
 def test_the_cli_and_the_package_offer_the_same_quantizations():
-    import keras_transformer_cli as cli
     from keras_transformer.translation.ctranslate2_model import QUANTIZATIONS
+    from keras_transformer_cli import arguments
 
-    assert cli.CTRANSLATE2_QUANTIZATIONS == QUANTIZATIONS
+    assert arguments.CTRANSLATE2_QUANTIZATIONS == QUANTIZATIONS

@@ -232,19 +232,20 @@ def test_the_vocabulary_share_is_logged_and_a_high_one_warns(trained_run, kjv, t
 @pytest.mark.backend_independent
 def test_the_command_line_states_the_fine_tuning_defaults():
     import keras_transformer_cli as cli
+    from keras_transformer_cli import arguments
     from keras_transformer.training.fine_tuning import FINE_TUNING_DEFAULTS
     from keras_transformer.training.fine_tuning import LORA_DEFAULTS
     from keras_transformer.training.fine_tuning import LORA_TARGETS
 
     defaults = FINE_TUNING_DEFAULTS
-    assert cli.FINE_TUNING_SUMMARY == (
+    assert arguments.FINE_TUNING_SUMMARY == (
         f"{defaults['epochs']} x {defaults['steps_per_epoch']} steps, {defaults['warmup_steps']} warm-up steps, "
         f"peak learning rate {defaults['learning_rate']:g}")
-    assert cli.LORA_LEARNING_RATE == LORA_DEFAULTS["learning_rate"]
-    assert cli.LORA_TARGETS == LORA_TARGETS
+    assert arguments.LORA_LEARNING_RATE == LORA_DEFAULTS["learning_rate"]
+    assert arguments.LORA_TARGETS == LORA_TARGETS
     from keras_transformer.lora import TARGETS
 
-    assert cli.LORA_TARGET_NAMES == TARGETS
+    assert arguments.LORA_TARGET_NAMES == TARGETS
     args = cli.build_parser().parse_args(["train", "--from", "runs/es-en", "--lora", "8", "--learning-rate", "2e-3"])
     assert (args.start_from, args.lora_rank, args.learning_rate) == ("runs/es-en", 8, 2e-3)
     with pytest.raises(SystemExit):

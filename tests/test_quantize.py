@@ -85,10 +85,10 @@ OLD_RUN = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "old-fo
 
 
 def test_the_cli_and_the_package_offer_the_same_keras_quantizations():
-    import keras_transformer_cli as cli
     from keras_transformer.quantization import MODES
+    from keras_transformer_cli import arguments
 
-    assert cli.KERAS_QUANTIZATIONS == MODES
+    assert arguments.KERAS_QUANTIZATIONS == MODES
 
 
 def test_translate_and_evaluate_take_quantize_and_keep_the_float_report(tmp_path, capsys):
