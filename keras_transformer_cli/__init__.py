@@ -40,6 +40,7 @@ from keras_transformer_cli.arguments import KERAS_QUANTIZATIONS
 from keras_transformer_cli.arguments import NO_REPEAT_NGRAM
 from keras_transformer_cli.arguments import positive_int
 from keras_transformer_cli.arguments import QUANTIZE_HELP
+from keras_transformer_cli.arguments import TARGET_LANGUAGE_HELP
 from keras_transformer_cli.arguments import TRAIN_DESCRIPTION
 from keras_transformer_cli import commands
 from keras_transformer_cli import serve
@@ -96,6 +97,7 @@ def build_parser():
     translate.add_argument("--token-scores", action="store_true",
                            help="with --n-best or --format jsonl: each hypothesis' subword pieces and their "
                                 "log-probabilities too")
+    translate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     add_attention_arguments(translate)
     add_engine_argument(translate)
     translate.add_argument("--invalid-input", choices=("skip", "replace"), default="skip",
@@ -112,6 +114,7 @@ def build_parser():
     add_decoding_arguments(evaluate)
     evaluate.add_argument("--limit", type=positive_int, help="score only the first N sentences (default: all)")
     add_engine_argument(evaluate)
+    evaluate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
     add_corpus_arguments(evaluate, from_run=True, languages=False)
 

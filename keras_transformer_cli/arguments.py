@@ -30,6 +30,8 @@ KERAS_QUANTIZATIONS = ("int8", "int4")
 QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the weights' "
                  "bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs about 0.6 BLEU "
                  "(docs/keras-workflows.md)")
+TARGET_LANGUAGE_HELP = ("a multi-target model's language to write (fra: >>fra<< before each sentence without a "
+                        "code of its own); such a model refuses a sentence without one")
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text

@@ -5,6 +5,7 @@ Each handler imports Keras and the package itself, so that the parser (in
 is where results go (stdout); progress goes to stderr when stdout is piped.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -129,9 +130,11 @@ def translate(args, out):
     from keras_transformer_cli.input_lines import arriving_batches
     from keras_transformer_cli.input_lines import decode_argument
     from keras_transformer_cli.input_lines import decode_line
+    from keras_transformer_runtime.target_language import with_target_language
     from keras_transformer_runtime.timings import phase
 
     translator = _translator(args)
+    language_codes = getattr(translator.tokenizer, "language_codes", ())
     if args.text:
         batches = [[(number, text) for number, text in enumerate(args.text, 1)]]
         decode = decode_argument
@@ -154,7 +157,8 @@ def translate(args, out):
             replaced += was_replaced
             texts.append(text)
         with phase("work"):
-            given = [text for text in texts if text is not None]
+            given = with_target_language([text for text in texts if text is not None], language_codes,
+                                         args.target_language)
             translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
                                                   alignment_layer=args.alignment_layer)
                                 if scored else translator(given))
@@ -229,6 +233,7 @@ def evaluate(args, out):
     from keras_transformer.data.parallel_corpus import ParallelCorpus
     from keras_transformer.translation.evaluation import evaluate_pairs
     from keras_transformer.training.train_config import CORPUS_FIELDS
+    from keras_transformer_runtime.target_language import with_target_language
     from keras_transformer_runtime.timings import phase
 
     # The run's own corpus and splits, unless a flag says otherwise.
@@ -243,6 +248,9 @@ def evaluate(args, out):
         else:
             pairs = corpus.read().require(args.split)[: args.limit]
     translator = _translator(args)
+    sources = with_target_language([pair.source for pair in pairs],
+                                   getattr(translator.tokenizer, "language_codes", ()), args.target_language)
+    pairs = [dataclasses.replace(pair, source=source) for pair, source in zip(pairs, sources)]
     with phase("work"):
         result = evaluate_pairs(translator, pairs)
     print(f"{'split':<10}{'beam':>6}{'sentences':>11}{'BLEU':>8}{'chrF':>8}{'loops':>8}", file=out)

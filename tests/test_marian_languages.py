@@ -5,12 +5,17 @@ language tokens, as opus-mt-en-ROMANCE's holds its targets' (built offline
 by `tests/marian_fixtures.py`).
 """
 
+import types
+
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer.checkpoints import load_marian
 from keras_transformer.translation import Translator
+from keras_transformer_cli import main
+from keras_transformer_runtime.serving.request_bodies import RequestError
+from keras_transformer_runtime.serving.request_bodies import parse_translate
 from tests.marian_fixtures import make_marian_folder
 
 torch = pytest.importorskip("torch")
@@ -87,3 +92,63 @@ def test_the_imported_logits_of_a_language_token_equal_marians(imported, referen
     decoder = np.full((2, 1), int(np.argsort(tokenizer.marian_ids)[start]), "int32")
     ours = keras.ops.convert_to_numpy(model({"encoder_tokens": source, "decoder_tokens": decoder}))
     np.testing.assert_allclose(ours[..., np.argsort(tokenizer.marian_ids)], theirs, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def imported_run(marian_folder, tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "opus-mt-es-ROMANCE"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    return str(run)
+
+
+@pytest.mark.backend_independent
+def test_translate_target_language_adds_the_token_and_gives_generates_translation(imported_run, reference, capsys):
+    capsys.readouterr()
+    flags = ["translate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0"]
+    assert main([*flags, "--target-language", "por", "Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    expected = _generate(reference, [">>por<< Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."], 1, 127)
+    assert printed == expected and printed[0] != printed[1]  # a sentence's own code stands
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("flags, message", [
+    ([], "this model writes 3 languages: start each sentence with its code"),
+    (["--target-language", "fro"], "target language 'fro' is not one this model writes; close: fra"),
+])
+def test_translate_refuses_a_multi_target_run_without_a_known_code_naming_its_codes(imported_run, capsys, flags,
+                                                                                    message):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["translate", "--model", imported_run, "--engine", "keras", *flags, "Y dijo Dios."])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert refused.value.code == 2
+    assert len(error) == 1 and message in error[0] and "fra, por, spa" in error[0], error
+
+
+@pytest.mark.backend_independent
+def test_the_servers_target_language_field_adds_the_token_and_a_missing_one_is_a_400():
+    models = {"es-romance": types.SimpleNamespace(beams=(1,), default_beam=1, language_codes=CODES),
+              "es-en": types.SimpleNamespace(beams=(1,), default_beam=1, language_codes=())}
+    parsed = parse_translate(b'{"model": "es-romance", "text": ["Hola.", ">>spa<< Hola."], "target_language": "fra"}',
+                             models, 8)
+    assert parsed.texts == (">>fra<< Hola.", ">>spa<< Hola.")
+    with pytest.raises(RequestError, match="start each sentence with its code") as missing:
+        parse_translate(b'{"model": "es-romance", "text": "Hola."}', models, 8)
+    assert missing.value.status == 400
+    with pytest.raises(RequestError, match="writes one language"):
+        parse_translate(b'{"model": "es-en", "text": "Hola.", "target_language": "fra"}', models, 8)
+    assert parse_translate(b'{"model": "es-en", "text": "Hola."}', models, 8).texts == ("Hola.",)
+
+
+@pytest.mark.backend_independent
+def test_evaluate_takes_the_target_language_and_refuses_a_corpus_without_codes(imported_run, tmp_path, capsys):
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("Y dijo Dios.\tEt Dieu dit.\nSea la luz.\tQue la lumière soit.\n", encoding="utf-8")
+    flags = ["evaluate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--corpus", str(corpus),
+             "--test", str(corpus)]
+    with pytest.raises(SystemExit) as refused:
+        main(flags)
+    assert refused.value.code == 2 and "fra, por, spa" in capsys.readouterr().err
+    assert main([*flags, "--target-language", "fra"]) == 0
+    assert "BLEU" in capsys.readouterr().out

@@ -39,6 +39,7 @@ from keras_transformer_runtime.serving.batcher import RequestBatcher
 from keras_transformer_runtime.serving.metrics import ServerMetrics
 from keras_transformer_runtime.serving.openapi import openapi_document
 from keras_transformer_runtime.serving.request_bodies import RequestError
+from keras_transformer_runtime.serving.request_bodies import language_checked
 from keras_transformer_runtime.serving.request_bodies import parse_predict
 from keras_transformer_runtime.serving.request_bodies import parse_translate
 from keras_transformer_runtime.serving.served_model import Setting
@@ -226,6 +227,7 @@ async def _predict(request, state, name):
     started = time.monotonic()
     try:
         texts, _, columnar = parse_predict(await _body(request, state.limits.max_body_bytes), state.limits.max_texts)
+        texts = language_checked(texts, model)
         results = await _translations(state, name, Setting(model.default_beam), texts)
     except RequestError as error:
         return _counted(state, "predict", name, _error(error.status, str(error), _retry_after(error)))

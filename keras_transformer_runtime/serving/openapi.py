@@ -17,6 +17,7 @@ _FIELD_SCHEMAS = {
     "alignments": {"type": "boolean", "default": False},
     "attention_weights": {"type": "boolean", "default": False},
     "token_scores": {"type": "boolean", "default": False},
+    "target_language": {"type": "string"},
 }
 _HYPOTHESIS = {"type": "object", "required": ["text", "score", "normalized_score"], "properties": {
     "text": {"type": "string"},

@@ -12,6 +12,8 @@ import binascii
 import dataclasses
 import json
 
+from keras_transformer_runtime.errors import UserInputError
+from keras_transformer_runtime.target_language import with_target_language
 from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
 
 # The fields of `POST /v1/translate` and their meaning (also the OpenAPI description's).
@@ -23,6 +25,8 @@ TRANSLATE_FIELDS = {
     "alignments": "each hypothesis' word alignment to the source, and the source's pieces (default false)",
     "attention_weights": "with the alignments, each hypothesis' cross-attention over the source pieces (default false)",
     "token_scores": "each hypothesis' subword pieces and their log-probabilities (default false)",
+    "target_language": "a multi-target model's language to write (`fra`: `>>fra<<` before each sentence that has "
+                       "no code of its own); such a model refuses a sentence without one",
 }
 SIGNATURE_NAME = "serving_default"
 SIGNATURE_INPUT = "texts"
@@ -113,7 +117,23 @@ def parse_translate(body, models, max_texts):
         raise RequestError(400, f"'n_best' must be from 1 to the beam width {beam}, got {n_best}")
     flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
     flags["alignments"] = flags["alignments"] or flags["attention_weights"]
+    target_language = value.get("target_language")
+    if target_language is not None and not isinstance(target_language, str):
+        raise RequestError(400, f"'target_language' must be a string, not {_json_type(target_language)}")
+    texts = language_checked(texts, models[model], target_language)
     return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, **flags)
+
+
+def language_checked(texts, model, target_language=None):
+    """`texts` with the target-language token a multi-target `model` needs (`target_language.with_target_language`).
+
+    Raises:
+        RequestError: 400, the code is unknown or missing (the message lists the model's codes).
+    """
+    try:
+        return tuple(with_target_language(list(texts), getattr(model, "language_codes", ()), target_language))
+    except UserInputError as error:
+        raise RequestError(400, str(error)) from None
 
 
 def parse_predict(body, max_texts):

@@ -97,6 +97,15 @@ Setting(beam=1, alignments=True)]
         return int(getattr(next(iter(self._translators.values())), "batch_size", 1))
 
     @property
+    def language_codes(self):
+        """The codes of a multi-target model's target languages (`fra` for `>>fra<<`); empty for one language.
+
+        Empty too until the model is loaded: a request then waits for it (503) whatever its codes.
+        """
+        loaded = next(iter(self._translators.values()), None)
+        return tuple(getattr(getattr(loaded, "tokenizer", None), "language_codes", ()))
+
+    @property
     def max_length(self):
         """The longest source in tokens; longer ones are cut, with a warning."""
         return next(iter(self._translators.values())).max_length
