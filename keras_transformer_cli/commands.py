@@ -134,7 +134,7 @@ def translate(args, out):
     from keras_transformer_runtime.timings import phase
 
     translator = _translator(args)
-    language_codes = getattr(translator.tokenizer, "language_codes", ())
+    language_codes = _language_codes(translator)
     if args.text:
         batches = [[(number, text) for number, text in enumerate(args.text, 1)]]
         decode = decode_argument
@@ -248,8 +248,7 @@ def evaluate(args, out):
         else:
             pairs = corpus.read().require(args.split)[: args.limit]
     translator = _translator(args)
-    sources = with_target_language([pair.source for pair in pairs],
-                                   getattr(translator.tokenizer, "language_codes", ()), args.target_language)
+    sources = with_target_language([pair.source for pair in pairs], _language_codes(translator), args.target_language)
     pairs = [dataclasses.replace(pair, source=source) for pair, source in zip(pairs, sources)]
     with phase("work"):
         result = evaluate_pairs(translator, pairs)
@@ -264,6 +263,11 @@ def evaluate(args, out):
         json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
                   f, indent=2, ensure_ascii=False)
     print(f"written to {path}", file=out)
+
+
+def _language_codes(translator):
+    """The target-language codes of a multi-target run's tokenizer; () for a run that writes one language."""
+    return tuple(getattr(getattr(translator, "tokenizer", None), "language_codes", ()))
 
 
 def _split_pairs(corpus, split, limit):

@@ -23,6 +23,7 @@ from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.run_files import ID_TABLE_FILE
 from keras_transformer_runtime.run_files import MARIAN_VOCABULARY_FILES  # noqa: F401 (part of this module's names)
 from keras_transformer_runtime.run_files import SOURCE_VOCABULARY_FILE
+from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
 from keras_transformer_runtime.run_files import TARGET_VOCABULARY_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.sentence_piece_tokenizer import id_rows
@@ -87,12 +88,14 @@ def read_json_object(path, missing):
     return value
 
 
-def read_id_table(directory):
+def read_id_table(directory, name=ID_TABLE_FILE):
     """`(pieces, specials)` of a Marian folder: its pieces by Marian id, and its special pieces.
 
     Args:
         directory: a folder with `vocab.json` (and optionally
             `tokenizer_config.json`, which may rename the specials).
+        name: the table's file: `vocab.json`, or `target_vocab.json` for
+            a model whose target has a vocabulary of its own.
 
     Returns:
         `pieces`, a list of str indexed by Marian id, and `specials`, a dict
@@ -111,8 +114,8 @@ def read_id_table(directory):
     >>> read_id_table(folder)[0]
     ['</s>', '<unk>', '▁a', '<pad>']
     """
-    path = os.path.join(directory, ID_TABLE_FILE)
-    table = read_json_object(path, "a Marian folder numbers its pieces in vocab.json.")
+    path = os.path.join(directory, name)
+    table = read_json_object(path, f"a Marian folder numbers its pieces in {name}.")
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
     if ids != list(range(len(table))):
         raise UserInputError(f"{path}: the ids are not 0..{len(table) - 1}, one piece each.")
@@ -120,19 +123,23 @@ def read_id_table(directory):
     for piece, i in table.items():
         pieces[i] = piece
     specials = dict(_DEFAULT_SPECIALS)
-    config_path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-    if os.path.isfile(config_path):
-        config = read_json_object(config_path, "")
-        for key in specials:
-            value = config.get(key)
-            if isinstance(value, dict):  # an AddedToken saved whole
-                value = value.get("content")
-            if isinstance(value, str):
-                specials[key] = value
+    config = _tokenizer_config(directory)
+    for key in specials:
+        value = config.get(key)
+        if isinstance(value, dict):  # an AddedToken saved whole
+            value = value.get("content")
+        if isinstance(value, str):
+            specials[key] = value
     missing = [piece for piece in specials.values() if piece not in table]
     if missing:
         raise UserInputError(f"{path}: lacks the special pieces {missing}.")
     return pieces, specials
+
+
+def _tokenizer_config(directory):
+    """`tokenizer_config.json`'s object, or {} where the folder has none."""
+    path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+    return read_json_object(path, "") if os.path.isfile(path) else {}
 
 
 def split_language_code(text):
@@ -168,6 +175,15 @@ class MarianTokenizer:
     `detokenize`, `vocabulary_size`, `get_vocabulary`, `id_to_token`,
     `token_to_id`), so `TextTranslator` and `Translator` take either.
 
+    A model whose target has a vocabulary of its own (`separate_vocabs`
+    in `tokenizer_config.json`, as transformers reads it) numbers the
+    target pieces with `target_vocab.json`. The id calls above then speak
+    of the target side, what the decoder reads and writes, and
+    `source_vocabulary_size`, `source_id_to_token` and
+    `source_token_to_id` of the source; `marian_ids` and
+    `target_marian_ids` are each side's permutation (one and the same
+    where the table is shared).
+
     Args:
         directory: a folder with `source.spm`, `target.spm` and `vocab.json`
             (a Hugging Face Marian folder, or a run folder imported from one).
@@ -196,14 +212,23 @@ class MarianTokenizer:
                 raise UserInputError(f"{path}: not a SentencePiece model ({error}).") from None
             self._processors[name] = processor
         pieces, self.specials = read_id_table(self.directory)
-        self.marian_ids = marian_id_order(len(pieces), pieces.index(self.specials["pad_token"]),
-                                          pieces.index(self.specials["unk_token"]),
-                                          pieces.index(self.specials["eos_token"]))
-        self._pieces = [pieces[i] for i in self.marian_ids]
+        self.marian_ids, self._source_pieces = self._ordered(pieces)
+        self.separate_vocabularies = bool(_tokenizer_config(self.directory).get("separate_vocabs"))
+        if self.separate_vocabularies:
+            self.target_marian_ids, self._pieces = self._ordered(read_id_table(self.directory, TARGET_ID_TABLE_FILE)[0])
+        else:
+            self.target_marian_ids, self._pieces = self.marian_ids, self._source_pieces
+        self._source_ids = {piece: i for i, piece in enumerate(self._source_pieces)}
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
         self._dropped = {self._ids[piece] for piece in self.specials.values()}
-        self.language_codes = tuple(sorted(piece[2:-2] for piece in pieces
+        self.language_codes = tuple(sorted(piece[2:-2] for piece in self._source_pieces
                                            if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4))
+
+    def _ordered(self, pieces):
+        """`(marian_ids, pieces)`: a table's permutation (`marian_id_order`) and its pieces in this package's ids."""
+        order = marian_id_order(len(pieces), *(pieces.index(self.specials[key])
+                                               for key in ("pad_token", "unk_token", "eos_token")))
+        return order, [pieces[i] for i in order]
 
     @property
     def source_processor(self):
@@ -216,8 +241,22 @@ class MarianTokenizer:
         return self._processors[TARGET_VOCABULARY_FILE]
 
     def vocabulary_size(self):
-        """Number of ids (the size of `vocab.json`)."""
+        """Number of target ids (the size of `vocab.json`, or of `target_vocab.json`)."""
         return len(self._pieces)
+
+    def source_vocabulary_size(self):
+        """Number of source ids (the size of `vocab.json`)."""
+        return len(self._source_pieces)
+
+    def source_id_to_token(self, id):
+        """The source piece of one id."""
+        if not 0 <= id < self.source_vocabulary_size():
+            raise ValueError(f"`id` must be in [0, {self.source_vocabulary_size()}), received id={id!r}")
+        return self._source_pieces[int(id)]
+
+    def source_token_to_id(self, token):
+        """The source id of one piece (`UNK_ID` for a piece not in `vocab.json`)."""
+        return self._source_ids.get(token, UNK_ID)
 
     def get_vocabulary(self):
         """The pieces as a list of strings, indexed by this package's id."""
@@ -230,7 +269,7 @@ class MarianTokenizer:
         return self._pieces[int(id)]
 
     def token_to_id(self, token):
-        """The id of one piece (`UNK_ID` for a piece not in `vocab.json`)."""
+        """The target id of one piece (`UNK_ID` for a piece not in the target's table)."""
         return self._ids.get(token, UNK_ID)
 
     def _encode(self, texts, name, end):
@@ -240,7 +279,8 @@ class MarianTokenizer:
             codes, texts = zip(*map(split_language_code, texts)) if texts else ((), ())
         rows = processor.encode(list(texts), out_type=str)
         rows = [[code, *row] if code else row for code, row in zip(codes, rows)]
-        return [[self._ids.get(piece, UNK_ID) for piece in row] + ([END_ID] if end else []) for row in rows]
+        ids = self._source_ids if name == SOURCE_VOCABULARY_FILE else self._ids
+        return [[ids.get(piece, UNK_ID) for piece in row] + ([END_ID] if end else []) for row in rows]
 
     def tokenize(self, inputs):
         """Source ids of a string (int32 array) or of a list of strings (lists of ints), `</s>` appended."""

@@ -6,10 +6,14 @@ instead (`run_files.MARIAN_VOCABULARY_FILES`). Everything that opens a
 run's tokenizer asks here.
 """
 
+import json
 import os
 
+from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.run_files import MARIAN_VOCABULARY_FILES
 from keras_transformer_runtime.run_files import SOURCE_VOCABULARY_FILE
+from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
+from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 
 
@@ -25,6 +29,39 @@ def is_marian_run(run_directory):
     return os.path.isfile(os.path.join(run_directory, SOURCE_VOCABULARY_FILE))
 
 
+def has_target_vocabulary_of_its_own(run_directory):
+    """Whether a Marian run numbers its target pieces with a table of their own (`separate_vocabs`).
+
+    Example:
+
+    >>> import tempfile
+    >>> has_target_vocabulary_of_its_own(tempfile.mkdtemp())
+    False
+    """
+    path = os.path.join(run_directory, TOKENIZER_CONFIG_FILE)
+    if not is_marian_run(run_directory) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            return bool(json.load(f).get("separate_vocabs"))
+    except (ValueError, AttributeError):  # MarianTokenizer says what is wrong with the file
+        return False
+
+
+def refuse_a_target_vocabulary_of_its_own(run_directory, what):
+    """Raises `UserInputError` for a run whose target has its own table, which `what` cannot take yet.
+
+    Example:
+
+    >>> import tempfile
+    >>> refuse_a_target_vocabulary_of_its_own(tempfile.mkdtemp(), "export --format marian")
+    """
+    if has_target_vocabulary_of_its_own(run_directory):
+        raise UserInputError(f"{run_directory}: its target has a vocabulary of its own (separate_vocabs, "
+                             f"{TARGET_ID_TABLE_FILE}), which {what} does not take yet; translate, evaluate and "
+                             "serve do.")
+
+
 def vocabulary_files(run_directory):
     """The names of the files that define a run's tokenizer.
 
@@ -34,7 +71,10 @@ def vocabulary_files(run_directory):
     >>> vocabulary_files(tempfile.mkdtemp())
     ('vocabulary.spm',)
     """
-    return MARIAN_VOCABULARY_FILES if is_marian_run(run_directory) else (VOCABULARY_FILE,)
+    if not is_marian_run(run_directory):
+        return (VOCABULARY_FILE,)
+    separate = has_target_vocabulary_of_its_own(run_directory)
+    return (*MARIAN_VOCABULARY_FILES, *((TARGET_ID_TABLE_FILE,) if separate else ()))
 
 
 def load_run_tokenizer(run_directory):

@@ -330,6 +330,8 @@ class TextTranslator:
         they are None.
         """
         piece = self.tokenizer.id_to_token
+        # A Marian tokenizer whose target has a table of its own names the source's pieces from the source's.
+        source_piece = getattr(self.tokenizer, "source_id_to_token", piece)
         kept = []  # (row, ids to the end token, score, normalized score, token scores, weights)
         weights = n_best.cross_attention if source is not None else None
         for row in range(count):
@@ -343,7 +345,8 @@ class TextTranslator:
         texts = self._detokenize([ids for _, ids, _, _, _, _ in kept])  # one call for every hypothesis
         sources = [None] * count
         if source is not None:
-            sources = [tuple(str(piece(int(token))) for token in ids if token != PAD_ID) for ids in source[:count]]
+            sources = [tuple(str(source_piece(int(token))) for token in ids if token != PAD_ID)
+                       for ids in source[:count]]
         rows = [(sources[row], []) for row in range(count)]
         for (row, ids, score, normalized_score, token_scores, attention), text in zip(kept, texts):
             tokens = tuple(str(piece(token)) for token in ids)

@@ -109,6 +109,7 @@ def make_marian_folder(
     texts=None,
     vocabulary_size=None,
     language_codes=(),
+    separate_vocabularies=False,
 ):
     """Writes a small random OPUS-MT style `MarianMTModel` folder (Spanish to English) and returns its path.
 
@@ -157,6 +158,14 @@ def make_marian_folder(
         language_codes: target-language codes (`"fra"`, ...) whose tokens
             (`>>fra<<`) vocab.json holds after `<unk>`, as a multi-target
             OPUS-MT model (opus-mt-en-ROMANCE) has them.
+        separate_vocabularies: give the target a table of its own, as the
+            newer Tatoeba-Challenge conversions have it: vocab.json numbers
+            the source pieces (and the language tokens), target_vocab.json
+            the target's, each with its specials and `<pad>` last;
+            `decoder_vocab_size` is the target table's size,
+            `share_encoder_decoder_embeddings` false, and the source table
+            is filled to be the larger (the encoder's embedding takes the
+            decoder's padding id too).
 
     Returns:
         The folder's path, as a string.
@@ -184,15 +193,23 @@ def make_marian_folder(
     target_spm = _train_spm([en for _, en in pairs], vocabulary_pieces)
     (path / "source.spm").write_bytes(source_spm)
     (path / "target.spm").write_bytes(target_spm)
-    vocab = _opus_vocab(_spm_pieces(source_spm), _spm_pieces(target_spm), vocabulary_size, language_codes)
+    if separate_vocabularies:
+        target_vocab = _opus_vocab((), _spm_pieces(target_spm))
+        vocab = _opus_vocab(_spm_pieces(source_spm), (), max(vocabulary_size or 0, len(target_vocab) + 8),
+                            language_codes)
+        with open(path / "target_vocab.json", "w", encoding="utf-8") as f:
+            json.dump(target_vocab, f, ensure_ascii=False, indent=2)
+    else:
+        vocab = _opus_vocab(_spm_pieces(source_spm), _spm_pieces(target_spm), vocabulary_size, language_codes)
+        target_vocab = vocab
     with open(path / "vocab.json", "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False, indent=2)
     vocab_size = len(vocab)
-    pad = vocab_size - 1
+    pad = len(target_vocab) - 1  # the decoder's padding and start token
 
     config = MarianConfig(
         vocab_size=vocab_size,
-        decoder_vocab_size=vocab_size,
+        decoder_vocab_size=len(target_vocab),
         d_model=d_model,
         encoder_layers=encoder_layers,
         decoder_layers=decoder_layers,
@@ -208,7 +225,7 @@ def make_marian_folder(
         bos_token_id=0,
         forced_eos_token_id=0,
         decoder_start_token_id=pad,
-        share_encoder_decoder_embeddings=True,
+        share_encoder_decoder_embeddings=not separate_vocabularies,
         tie_word_embeddings=True,
         dropout=0.0,
         attention_dropout=0.0,
@@ -228,7 +245,7 @@ def make_marian_folder(
         pad_token_id=pad,
         renormalize_logits=True,
     )
-    _randomize(model, torch, seed, pad)
+    _randomize(model, torch, seed, {"encoder": vocab["<pad>"], "decoder": pad})
     model.eval()
 
     if weights == "safetensors":
@@ -248,19 +265,24 @@ def make_marian_folder(
             source_lang="es",
             target_lang="en",
             model_max_length=512,
+            **({"target_vocab_file": str(path / "target_vocab.json"), "separate_vocabs": True}
+               if separate_vocabularies else {}),
         )
     tokenizer.save_pretrained(path)  # tokenizer_config.json
     # save_pretrained rewrites vocab.json with json.dump's default ASCII escapes; keep it as written above.
-    with open(path / "vocab.json", "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False, indent=2)
+    for name, table in (("vocab.json", vocab), ("target_vocab.json", target_vocab if separate_vocabularies else None)):
+        if table is not None:
+            with open(path / name, "w", encoding="utf-8") as f:
+                json.dump(table, f, ensure_ascii=False, indent=2)
     return str(path)
 
 
-def _randomize(model, torch, seed, pad):
+def _randomize(model, torch, seed, pads):
     """Draws every weight of `model` from a generator seeded with `seed`, in a fixed order.
 
-    Matrices: normal / sqrt(fan-in); the shared embedding: normal * 0.5 with
-    a zero `<pad>` row; biases, LayerNorm shifts and `final_logits_bias`:
+    Matrices: normal / sqrt(fan-in); each token embedding (the shared one, or
+    the encoder's and the decoder's): normal * 0.5 with a zero `<pad>` row
+    (`pads`: its id in each side's table); biases, LayerNorm shifts and `final_logits_bias`:
     normal * 0.1; LayerNorm scales: 1 + normal * 0.2. The sinusoidal
     position tables are left as the model computes them. Larger biases make
     this random model give every input the same translation.
@@ -273,15 +295,16 @@ def _randomize(model, torch, seed, pad):
             tensor.copy_(values.to(tensor.dtype))
 
     layer_norms = {name for name, module in model.named_modules() if isinstance(module, torch.nn.LayerNorm)}
-    shared = model.get_input_embeddings().weight
+    embeddings = {id(model.get_encoder().embed_tokens.weight): pads["encoder"],
+                  id(model.get_decoder().embed_tokens.weight): pads["decoder"]}
     for name, parameter in model.named_parameters(remove_duplicate=True):
         module_name, _, kind = name.rpartition(".")
         if "embed_positions" in module_name:
             continue
-        if parameter is shared:
+        if id(parameter) in embeddings:
             normal(parameter, 0.5)
             with torch.no_grad():
-                parameter[pad].zero_()
+                parameter[embeddings[id(parameter)]].zero_()
         elif module_name in layer_norms and kind == "weight":
             normal(parameter, 0.2, 1.0)
         elif kind == "bias":
@@ -291,5 +314,5 @@ def _randomize(model, torch, seed, pad):
         else:
             raise AssertionError(f"unexpected parameter {name} {tuple(parameter.shape)}")
     normal(model.final_logits_bias, 0.1)
-    if model.lm_head.weight is not shared:
-        raise AssertionError("lm_head is not tied to the shared embedding")
+    if model.lm_head.weight is not model.get_decoder().embed_tokens.weight:
+        raise AssertionError("lm_head is not tied to the decoder's embedding")

@@ -204,6 +204,11 @@ def _extra_piece(folder):
     path.write_text(json.dumps(table))
 
 
+def _separate_tables_on_a_shared_matrix(folder):
+    shutil.copyfile(folder / "vocab.json", folder / "target_vocab.json")
+    _edit_json(folder / "tokenizer_config.json", separate_vocabs=True)
+
+
 BAD_FOLDERS = {
     "no weights": (lambda f: os.remove(f / "model.safetensors"), "holds neither model.safetensors"),
     "no target.spm": (lambda f: os.remove(f / "target.spm"), "target.spm: missing"),
@@ -215,11 +220,12 @@ BAD_FOLDERS = {
     "a truncated safetensors file": (lambda f: _truncate(f / "model.safetensors"),
                                      "not a readable safetensors file"),
     "a vocab.json that disagrees with the embedding": (_extra_piece, "but config.json's vocab_size is"),
-    "a target vocabulary of its own": (lambda f: shutil.copyfile(f / "vocab.json", f / "target_vocab.json"),
-                                       "a target vocabulary of its own"),
-    "separate_vocabs in tokenizer_config.json": (lambda f: _edit_json(f / "tokenizer_config.json", separate_vocabs=True),
-                                                 "separate_vocabs"),
+    "separate_vocabs without target_vocab.json": (
+        lambda f: _edit_json(f / "tokenizer_config.json", separate_vocabs=True), "target_vocab.json: missing"),
+    "separate_vocabs with one shared matrix": (_separate_tables_on_a_shared_matrix,
+                                               "share_encoder_decoder_embeddings=true gives both sides one matrix"),
 }
+
 
 
 def _edit_json(path, **changes):

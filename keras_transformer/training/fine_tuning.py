@@ -104,8 +104,11 @@ def read_starting_run(folder, output=None, weights=False):
     from keras_transformer.training import run_folder
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
+    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
+
     if not os.path.isdir(folder):
         raise UserInputError(f"--from {folder!r} is not a folder: pass the --output folder of a finished training run.")
+    refuse_a_target_vocabulary_of_its_own(folder, "train --from")
     if output is not None and os.path.realpath(folder) == os.path.realpath(output):
         raise UserInputError(
             f"--from {folder!r} is the --output folder itself: fine-tuning writes a new run, which would "

@@ -75,10 +75,11 @@ def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
 
     tokenizer = MarianTokenizer(run)
     return tuple(
-        _unknown_share((piece, tokenizer.token_to_id(piece) == UNK_ID)
+        _unknown_share((piece, to_id(piece) == UNK_ID)
                        for pieces in processor.encode([getattr(pair, side) for pair in pairs[:sample]], out_type=str)
                        for piece in pieces)
-        for side, processor in (("source", tokenizer.source_processor), ("target", tokenizer.target_processor))
+        for side, processor, to_id in (("source", tokenizer.source_processor, tokenizer.source_token_to_id),
+                                       ("target", tokenizer.target_processor, tokenizer.token_to_id))
     )
 
 

@@ -236,7 +236,9 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     from keras_transformer_runtime.run_tokenizer import is_marian_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
+    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
 
+    refuse_a_target_vocabulary_of_its_own(directory, "export --format ctranslate2")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     if os.path.exists(out) and not force:

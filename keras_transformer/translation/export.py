@@ -185,6 +185,9 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     Returns:
         The path of the exported SavedModel.
     """
+    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
+
+    refuse_a_target_vocabulary_of_its_own(directory, "export --format savedmodel")
     _require_tensorflow_backend()
     import tensorflow as tf
 

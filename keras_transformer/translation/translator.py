@@ -142,14 +142,16 @@ class Translator(TextTranslator):
         self.decoder = CachedDecoder(model, jit_compile=jit_compile)
         self.bucketed = compiles_loop(self.decoder)
         self.batch_size = resolve_batch_size(batch_size, self.bucketed)
-        for side, model_vocabulary in (
-            ("source", self.decoder.source_vocabulary_size),
-            ("target", self.decoder.embedding.vocabulary_size),
+        # A Marian tokenizer whose target has a table of its own counts each side's ids.
+        source_size = getattr(tokenizer, "source_vocabulary_size", tokenizer.vocabulary_size)()
+        for side, model_vocabulary, tokenizer_vocabulary in (
+            ("source", self.decoder.source_vocabulary_size, source_size),
+            ("target", self.decoder.embedding.vocabulary_size, tokenizer.vocabulary_size()),
         ):
-            if model_vocabulary != tokenizer.vocabulary_size():
+            if model_vocabulary != tokenizer_vocabulary:
                 raise ValueError(
                     f"The model's {side} vocabulary has {model_vocabulary} tokens but the "
-                    f"tokenizer has {tokenizer.vocabulary_size()}: they were not trained "
+                    f"tokenizer has {tokenizer_vocabulary}: they were not trained "
                     "together. Load the vocabulary.spm saved beside the model."
                 )
         self.max_length = self.decoder.max_length

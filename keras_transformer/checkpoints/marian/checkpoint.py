@@ -11,7 +11,7 @@ from keras_transformer.checkpoints.marian.weights import marian_weights
 from keras_transformer.checkpoints.marian.weights import read_weights
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
-from keras_transformer_runtime.marian_tokenizer import read_json_object
+from keras_transformer_runtime.run_files import ID_TABLE_FILE
 from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 
@@ -50,41 +50,33 @@ def read_marian(directory):
     if not os.path.isdir(directory):
         raise UserInputError(f"{directory}: not a folder; pass a Hugging Face Marian model folder.")
     architecture = read_architecture(directory)
-    _refuse_a_target_vocabulary_of_its_own(directory)
     tokenizer = MarianTokenizer(directory)
-    pieces = tokenizer.vocabulary_size()
-    if pieces != architecture.vocabulary_size:
-        raise UserInputError(f"{os.path.join(directory, 'vocab.json')}: {pieces} pieces, but config.json's "
-                             f"vocab_size is {architecture.vocabulary_size}.")
-    for key, piece in (("pad_id", "pad_token"), ("eos_id", "eos_token")):
-        table_id = int(tokenizer.marian_ids[tokenizer.token_to_id(tokenizer.specials[piece])])
+    target_table = os.path.join(directory, TARGET_ID_TABLE_FILE if tokenizer.separate_vocabularies else ID_TABLE_FILE)
+    if tokenizer.separate_vocabularies and architecture.share_embeddings:
+        raise UserInputError(f"{os.path.join(directory, TOKENIZER_CONFIG_FILE)}: separate_vocabs=true, but "
+                             "config.json's share_encoder_decoder_embeddings=true gives both sides one matrix.")
+    for table, pieces, key, size in (
+            (os.path.join(directory, ID_TABLE_FILE), tokenizer.source_vocabulary_size(), "vocab_size",
+             architecture.vocabulary_size),
+            (target_table, tokenizer.vocabulary_size(), "decoder_vocab_size",
+             architecture.target_vocabulary_size or architecture.vocabulary_size)):
+        if pieces != size:
+            raise UserInputError(f"{table}: {pieces} pieces, but config.json's {key} is {size}.")
+    for key, piece in (("pad_id", "pad_token"), ("eos_id", "eos_token")):  # the decoder's: its table's
+        table_id = int(tokenizer.target_marian_ids[tokenizer.token_to_id(tokenizer.specials[piece])])
         if table_id != getattr(architecture, key):
             raise UserInputError(
-                f"{os.path.join(directory, 'vocab.json')}: {tokenizer.specials[piece]!r} has id {table_id}, but "
+                f"{target_table}: {tokenizer.specials[piece]!r} has id {table_id}, but "
                 f"config.json's {key.replace('_id', '_token_id')} is {getattr(architecture, key)}."
             )
     tensors, weights_path = read_weights(directory)
-    weights = marian_weights(architecture, tensors, tokenizer.marian_ids, weights_path)
+    weights = marian_weights(architecture, tensors, tokenizer.marian_ids, weights_path, tokenizer.target_marian_ids)
     return MarianCheckpoint(directory, architecture, tokenizer, weights)
-
-
-def _refuse_a_target_vocabulary_of_its_own(directory):
-    """Refuses a model whose decoder numbers its pieces with `target_vocab.json` (`separate_vocabs`).
-
-    Read with `vocab.json` alone, such a model imports and then writes
-    the wrong pieces; until the target table is read, it is refused.
-    """
-    config_path = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-    separate = os.path.isfile(config_path) and read_json_object(config_path, "").get("separate_vocabs")
-    if separate or os.path.isfile(os.path.join(directory, TARGET_ID_TABLE_FILE)):
-        where = config_path if separate else os.path.join(directory, TARGET_ID_TABLE_FILE)
-        raise UserInputError(f"{where}: a target vocabulary of its own (separate_vocabs, {TARGET_ID_TABLE_FILE}) "
-                             "is not imported yet; refused rather than translated with the wrong pieces.")
 
 
 def _start_id(checkpoint):
     """The decoder's start token in this package's ids."""
-    return int(np.argsort(checkpoint.tokenizer.marian_ids)[checkpoint.architecture.decoder_start_id])
+    return int(np.argsort(checkpoint.tokenizer.target_marian_ids)[checkpoint.architecture.decoder_start_id])
 
 
 def run_config(checkpoint):

@@ -69,6 +69,8 @@ class MarianArchitecture(typing.NamedTuple):
             and start tokens.
         share_embeddings: one token matrix for source and target (else
             each has its own, as a run exported from this package).
+        target_vocabulary_size: the decoder's vocabulary (`decoder_vocab_size`):
+            `vocabulary_size` unless the target has a table of its own.
     """
 
     vocabulary_size: int
@@ -85,6 +87,7 @@ class MarianArchitecture(typing.NamedTuple):
     eos_id: int
     decoder_start_id: int
     share_embeddings: bool = True
+    target_vocabulary_size: int = None
 
     def builder_arguments(self, decoder_start_id=PAD_ID):
         """The keyword arguments of `transformer()` for this architecture.
@@ -94,7 +97,8 @@ class MarianArchitecture(typing.NamedTuple):
                 (Marian's `decoder_start_id` through `marian_id_order`).
         """
         return dict(
-            source_vocabulary_size=self.vocabulary_size, target_vocabulary_size=self.vocabulary_size,
+            source_vocabulary_size=self.vocabulary_size,
+            target_vocabulary_size=self.target_vocabulary_size or self.vocabulary_size,
             num_layers=self.num_layers, num_decoder_layers=self.num_decoder_layers, d_model=self.d_model,
             num_heads=self.num_heads, ff_dim=self.ff_dim, max_length=self.max_length, dropout=self.dropout,
             activation=self.activation, embedding_scale=self.embedding_scale, layer_norm_epsilon=LAYER_NORM_EPSILON,
@@ -173,14 +177,19 @@ def read_architecture(directory):
     if setting("d_model") % setting("encoder_attention_heads"):
         refuse("encoder_attention_heads", f"does not divide d_model={setting('d_model')}.")
     vocabulary_size = setting("vocab_size")
-    if setting("decoder_vocab_size", vocabulary_size) != vocabulary_size:
-        refuse("decoder_vocab_size", f"differs from vocab_size={vocabulary_size}; one vocabulary is imported.")
+    target_size = setting("decoder_vocab_size", vocabulary_size)
+    share_embeddings = bool(setting("share_encoder_decoder_embeddings", True))
+    if target_size != vocabulary_size and share_embeddings:
+        refuse("decoder_vocab_size", f"differs from vocab_size={vocabulary_size}, but "
+                                     "share_encoder_decoder_embeddings=true gives both sides one matrix.")
+    if isinstance(target_size, bool) or not isinstance(target_size, int) or target_size < 4:
+        refuse("decoder_vocab_size", "a vocabulary needs at least its 3 specials and one piece.")
     if vocabulary_size < 4:
         refuse("vocab_size", "a vocabulary needs at least its 3 specials and one piece.")
     start = setting("decoder_start_token_id", setting("pad_token_id"))
-    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        if not isinstance(setting(key, start), int) or not 0 <= setting(key, start) < vocabulary_size:
-            refuse(key, f"outside the vocabulary of {vocabulary_size}.")
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):  # the decoder's ids
+        if not isinstance(setting(key, start), int) or not 0 <= setting(key, start) < target_size:
+            refuse(key, f"outside the decoder's vocabulary of {target_size}.")
     return MarianArchitecture(
         vocabulary_size=vocabulary_size,
         num_layers=setting("encoder_layers"),
@@ -195,5 +204,6 @@ def read_architecture(directory):
         pad_id=setting("pad_token_id"),
         eos_id=setting("eos_token_id"),
         decoder_start_id=start,
-        share_embeddings=bool(setting("share_encoder_decoder_embeddings", True)),
+        share_embeddings=share_embeddings,
+        target_vocabulary_size=target_size,
     )

@@ -187,6 +187,9 @@ def export_marian(run_directory, out, force=False):
     from keras_transformer_runtime.run_tokenizer import is_marian_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
+    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
+
+    refuse_a_target_vocabulary_of_its_own(run_directory, "export --format marian")
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise UserInputError(f"--out {out!r} exists and is not empty: choose a new folder, or pass --force.")
     model = model_file.load_model(os.path.join(run_directory, MODEL_FILE), compile=False)

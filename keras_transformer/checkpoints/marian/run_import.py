@@ -17,15 +17,16 @@ def copy_vocabulary_files(source, destination):
     import shutil
 
     from keras_transformer_runtime.marian_tokenizer import TOKENIZER_CONFIG_FILE
+    from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
 
-    for name in (*MARIAN_VOCABULARY_FILES, TOKENIZER_CONFIG_FILE):
+    for name in (*MARIAN_VOCABULARY_FILES, TARGET_ID_TABLE_FILE, TOKENIZER_CONFIG_FILE):
         if os.path.isfile(os.path.join(source, name)):
             shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
 
 
 # What `import_marian` fetches of a hub model: the files a Marian folder needs, no others.
 _HUB_FILES = [CONFIG_FILE, "generation_config.json", SAFETENSORS_FILE, PYTORCH_FILE, *MARIAN_VOCABULARY_FILES,
-              "tokenizer_config.json"]
+              "target_vocab.json", "tokenizer_config.json"]
 # The Hugging Face config, kept beside the imported model (the run's own config.json is a training config).
 MARIAN_CONFIG_FILE = "marian_config.json"
 IMPORTED_FILE = "imported.json"

@@ -65,7 +65,7 @@ def _take(tensors, name, shape, weights_path):
     return value
 
 
-def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"):
+def marian_weights(architecture, tensors, marian_ids, weights_path="the weights", target_marian_ids=None):
     """The model's weights by variable path, from a Marian checkpoint's tensors.
 
     Args:
@@ -74,6 +74,8 @@ def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"
         marian_ids: for each id of this package, the Marian id
             (`marian_id_order`): the rows of the embedding and the bias follow it.
         weights_path: the file the tensors came from, for messages.
+        target_marian_ids: the decoder's own permutation, for a target
+            with a table of its own (default: `marian_ids`).
 
     Returns:
         A dict from a variable's `path` in a `transformer()` model built
@@ -83,8 +85,10 @@ def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"
         UserInputError: a tensor is missing or of the wrong shape.
     """
     a = architecture
-    bias = tensors.get("final_logits_bias", np.zeros((1, a.vocabulary_size), np.float32))
-    bias = _take({"final_logits_bias": bias}, "final_logits_bias", (1, a.vocabulary_size), weights_path)
+    target_ids = marian_ids if target_marian_ids is None else target_marian_ids
+    target_size = len(target_ids)
+    bias = tensors.get("final_logits_bias", np.zeros((1, target_size), np.float32))
+    bias = _take({"final_logits_bias": bias}, "final_logits_bias", (1, target_size), weights_path)
     if a.share_embeddings:
         names = {"shared": ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
                             "lm_head.weight")}
@@ -94,9 +98,10 @@ def marian_weights(architecture, tensors, marian_ids, weights_path="the weights"
     weights = {}
     for stack, candidates in names.items():
         name = next((name for name in candidates if name in tensors), candidates[0])
-        embeddings = _take(tensors, name, (a.vocabulary_size, a.d_model), weights_path)
-        weights[f"{stack}_embedding/token_embedding/embeddings"] = embeddings[marian_ids]
-    weights[f"{'shared' if a.share_embeddings else 'decoder'}_embedding/logits_bias"] = bias[0, marian_ids]
+        ids = marian_ids if stack == "encoder" else target_ids
+        embeddings = _take(tensors, name, (len(ids), a.d_model), weights_path)
+        weights[f"{stack}_embedding/token_embedding/embeddings"] = embeddings[ids]
+    weights[f"{'shared' if a.share_embeddings else 'decoder'}_embedding/logits_bias"] = bias[0, target_ids]
 
     def dense(ours, theirs, inputs, outputs):
         weights[f"{ours}/kernel"] = _take(tensors, f"{theirs}.weight", (outputs, inputs), weights_path).T
