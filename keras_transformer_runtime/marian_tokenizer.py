@@ -250,9 +250,7 @@ class MarianTokenizer:
 
     def source_id_to_token(self, id):
         """The source piece of one id."""
-        if not 0 <= id < self.source_vocabulary_size():
-            raise ValueError(f"`id` must be in [0, {self.source_vocabulary_size()}), received id={id!r}")
-        return self._source_pieces[int(id)]
+        return _piece(self._source_pieces, id)
 
     def source_token_to_id(self, token):
         """The source id of one piece (`UNK_ID` for a piece not in `vocab.json`)."""
@@ -263,10 +261,8 @@ class MarianTokenizer:
         return list(self._pieces)
 
     def id_to_token(self, id):
-        """The piece of one id."""
-        if not 0 <= id < self.vocabulary_size():
-            raise ValueError(f"`id` must be in [0, {self.vocabulary_size()}), received id={id!r}")
-        return self._pieces[int(id)]
+        """The target piece of one id."""
+        return _piece(self._pieces, id)
 
     def token_to_id(self, token):
         """The target id of one piece (`UNK_ID` for a piece not in the target's table)."""
@@ -314,6 +310,12 @@ class MarianTokenizer:
 
     def __repr__(self):
         return f"<MarianTokenizer: {self.vocabulary_size()} ids, {self.directory}>"
+
+
+def _piece(pieces, id):
+    if not 0 <= id < len(pieces):
+        raise ValueError(f"`id` must be in [0, {len(pieces)}), received id={id!r}")
+    return pieces[int(id)]
 
 
 def _flat(rows):

@@ -316,3 +316,32 @@ def _randomize(model, torch, seed, pads):
     normal(model.final_logits_bias, 0.1)
     if model.lm_head.weight is not model.get_decoder().embed_tokens.weight:
         raise AssertionError("lm_head is not tied to the decoder's embedding")
+
+
+def load_reference(folder):
+    """`(MarianMTModel, MarianTokenizer)` of a folder, as transformers loads it (the model in eval mode)."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    with warnings.catch_warnings():  # MarianTokenizer asks for sacremoses, which it never uses to encode
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        return MarianMTModel.from_pretrained(folder).eval(), MarianTokenizer.from_pretrained(folder)
+
+
+def generate_translations(reference, sentences, max_new_tokens, beams=1, drop_start=False, **options):
+    """What `reference` (`load_reference`) writes for `sentences` with `generate`, decoded without specials.
+
+    `max_length` counts the start token, and `forced_eos_token_id` ends a
+    translation at the limit with `</s>`, one position more than this
+    package's loop (which stops without it) spends: hence `+ 2`. With
+    `drop_start`, the start token is cut before decoding (with separate
+    tables transformers' special ids are the source table's, so
+    `skip_special_tokens` would keep the decoder's own `<pad>` as text).
+    """
+    import torch
+
+    model, tokenizer = reference
+    batch = tokenizer(list(sentences), return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False,
+                                   **options)
+    return tokenizer.batch_decode(generated[:, 1:] if drop_start else generated, skip_special_tokens=True)

@@ -20,6 +20,8 @@ from keras_transformer.model_parts import transformer_parts
 from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
+from tests.marian_fixtures import generate_translations
+from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
 
 torch = pytest.importorskip("torch")
@@ -37,8 +39,7 @@ def marian_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(marian_folder):
-    model = transformers.MarianMTModel.from_pretrained(marian_folder).eval()
-    return model, transformers.MarianTokenizer.from_pretrained(marian_folder)
+    return load_reference(marian_folder)
 
 
 @pytest.fixture(scope="module")
@@ -111,33 +112,19 @@ def test_parameter_count_equals_marian(imported, reference):
     assert model.count_params() == their_model.num_parameters() - positions + their_model.final_logits_bias.numel()
 
 
-def _generate(reference, max_new_tokens, beams):
-    their_model, their_tokenizer = reference
-    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
-    # max_length counts the start token; forced_eos_token_id ends a translation at the limit with
-    # `</s>`, one position more than our loop (which stops without it) spends.
-    with torch.no_grad():
-        generated = their_model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False)
-    return their_tokenizer.batch_decode(generated, skip_special_tokens=True)
-
-
 def test_greedy_translations_equal_generate(imported, reference):
     model, tokenizer = imported
     translator = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0, max_new_tokens=30)
-    assert translator(SENTENCES) == _generate(reference, 30, beams=1)
+    assert translator(SENTENCES) == generate_translations(reference, SENTENCES, 30, beams=1)
 
 
 @pytest.mark.parametrize("beams, length_penalty, early_stopping", [(4, 1.0, False), (4, 0.6, True), (2, 2.0, False)])
 def test_pooled_beam_translations_equal_generate(imported, reference, beams, length_penalty, early_stopping):
     model, tokenizer = imported
-    their_model, their_tokenizer = reference
     translator = Translator(model, tokenizer, beam_width=beams, length_penalty=length_penalty, no_repeat_ngram_size=0,
                             max_new_tokens=20, beam_search="pooled", early_stopping=early_stopping)
-    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        generated = their_model.generate(**batch, num_beams=beams, length_penalty=length_penalty,
-                                         early_stopping=early_stopping, max_length=22)
-    expected = their_tokenizer.batch_decode(generated, skip_special_tokens=True)
+    expected = generate_translations(reference, SENTENCES, 20, beams=beams, length_penalty=length_penalty,
+                                     early_stopping=early_stopping)
     assert translator(SENTENCES) == expected
     assert len(set(expected)) > 1  # the inputs matter
 

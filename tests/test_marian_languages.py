@@ -16,6 +16,8 @@ from keras_transformer.translation import Translator
 from keras_transformer_cli import main
 from keras_transformer_runtime.serving.request_bodies import RequestError
 from keras_transformer_runtime.serving.request_bodies import parse_translate
+from tests.marian_fixtures import generate_translations
+from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
 
 torch = pytest.importorskip("torch")
@@ -35,8 +37,7 @@ def marian_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(marian_folder):
-    return transformers.MarianMTModel.from_pretrained(marian_folder).eval(), \
-        transformers.MarianTokenizer.from_pretrained(marian_folder)
+    return load_reference(marian_folder)
 
 
 @pytest.fixture(scope="module")
@@ -60,23 +61,15 @@ def test_the_tokenizer_lists_the_codes_it_knows(imported):
     assert imported[1].language_codes == CODES
 
 
-def _generate(reference, sentences, beams, max_new_tokens):
-    model, tokenizer = reference
-    batch = tokenizer(sentences, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        generated = model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False)
-    return tokenizer.batch_decode(generated, skip_special_tokens=True)
-
-
 def test_greedy_and_pooled_beam_translations_with_language_tokens_equal_generate(imported, reference):
     model, tokenizer = imported
     greedy = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0, max_new_tokens=20)
-    expected = _generate(reference, SENTENCES, 1, 20)
+    expected = generate_translations(reference, SENTENCES, 20, beams=1)
     assert greedy(SENTENCES) == expected
     assert expected[0] != expected[1]  # the language token changes the translation
     beam = Translator(model, tokenizer, beam_width=4, length_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=20,
                       beam_search="pooled", early_stopping=False)
-    assert beam(SENTENCES) == _generate(reference, SENTENCES, 4, 20)
+    assert beam(SENTENCES) == generate_translations(reference, SENTENCES, 20, beams=4)
 
 
 def test_the_imported_logits_of_a_language_token_equal_marians(imported, reference):
@@ -101,16 +94,19 @@ def imported_run(marian_folder, tmp_path_factory):
     return str(run)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_translate_target_language_adds_the_token_and_gives_generates_translation(imported_run, reference, capsys):
     capsys.readouterr()
     flags = ["translate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0"]
     assert main([*flags, "--target-language", "por", "Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."]) == 0
     printed = capsys.readouterr().out.splitlines()
-    expected = _generate(reference, [">>por<< Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."], 1, 127)
+    expected = generate_translations(reference, [">>por<< Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."],
+                                     127)
     assert printed == expected and printed[0] != printed[1]  # a sentence's own code stands
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("flags, message", [
     ([], "this model writes 3 languages: start each sentence with its code"),
@@ -141,6 +137,7 @@ def test_the_servers_target_language_field_adds_the_token_and_a_missing_one_is_a
     assert parse_translate(b'{"model": "es-en", "text": "Hola."}', models, 8).texts == ("Hola.",)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_evaluate_takes_the_target_language_and_refuses_a_corpus_without_codes(imported_run, tmp_path, capsys):
     corpus = tmp_path / "pairs.tsv"

@@ -14,6 +14,8 @@ import pytest
 from keras_transformer.checkpoints import load_marian
 from keras_transformer.translation import Translator
 from keras_transformer_cli import main
+from tests.marian_fixtures import generate_translations
+from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
 
 torch = pytest.importorskip("torch")
@@ -31,8 +33,7 @@ def marian_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(marian_folder):
-    return transformers.MarianMTModel.from_pretrained(marian_folder).eval(), \
-        transformers.MarianTokenizer.from_pretrained(marian_folder)
+    return load_reference(marian_folder)
 
 
 @pytest.fixture(scope="module")
@@ -72,24 +73,14 @@ def test_logits_equal_marians_over_the_decoders_own_vocabulary(imported, referen
     np.testing.assert_allclose(ours[..., np.argsort(tokenizer.target_marian_ids)], theirs, atol=1e-4)
 
 
-def _generate(reference, beams, max_new_tokens):
-    model, tokenizer = reference
-    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        generated = model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False)
-    # Without the start token: with separate tables transformers' special ids are the source table's, so
-    # skip_special_tokens keeps the decoder's own <pad> (its start) and writes it as text.
-    return tokenizer.batch_decode(generated[:, 1:], skip_special_tokens=True)
-
-
 def test_greedy_and_pooled_beam_translations_equal_generate(imported, reference):
     model, tokenizer = imported
     greedy = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0, max_new_tokens=20)
-    expected = _generate(reference, 1, 20)
+    expected = generate_translations(reference, SENTENCES, 20, beams=1, drop_start=True)
     assert greedy(SENTENCES) == expected and len(set(expected)) > 1
     beam = Translator(model, tokenizer, beam_width=4, length_penalty=1.0, no_repeat_ngram_size=0, max_new_tokens=20,
                       beam_search="pooled", early_stopping=False)
-    assert beam(SENTENCES) == _generate(reference, 4, 20)
+    assert beam(SENTENCES) == generate_translations(reference, SENTENCES, 20, beams=4, drop_start=True)
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +90,7 @@ def imported_run(marian_folder, tmp_path_factory):
     return str(run)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_translate_on_the_imported_run_gives_the_translators_translations_on_both_engines(imported_run, imported,
                                                                                           capsys):
@@ -111,6 +103,7 @@ def test_translate_on_the_imported_run_gives_the_translators_translations_on_bot
         assert capsys.readouterr().out.splitlines() == expected, engine
 
 
+@pytest.mark.end_to_end
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("verb", [["export", "--format", "marian", "--out", "OUT"],
                                   ["export", "--format", "ctranslate2", "--out", "OUT"],
