@@ -22,6 +22,11 @@ they fit `max_position_embeddings` (64) with their `</s>`.
 torch, transformers and sentencepiece are imported inside the function, so
 importing this module never fails; tests that call it should skip when they
 are missing.
+
+A test module defines a module-scoped `marian_folder` fixture and imports
+the fixtures built on it here: `reference` (transformers' model and
+tokenizer), `imported` (this package's, `load_marian`) and `imported_run`
+(the folder written as a run by `keras-transformer import`).
 """
 
 import csv
@@ -32,6 +37,8 @@ import math
 import os
 import pathlib
 import warnings
+
+import pytest
 
 FIXTURE_CORPUS = pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_small.tsv.gz"
 
@@ -345,3 +352,27 @@ def generate_translations(reference, sentences, max_new_tokens, beams=1, drop_st
         generated = model.generate(**batch, num_beams=beams, max_length=max_new_tokens + 2, do_sample=False,
                                    **options)
     return tokenizer.batch_decode(generated[:, 1:] if drop_start else generated, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def reference(marian_folder):
+    """transformers' `(MarianMTModel, MarianTokenizer)` of the module's `marian_folder`."""
+    return load_reference(marian_folder)
+
+
+@pytest.fixture(scope="module")
+def imported(marian_folder):
+    """This package's `(model, MarianTokenizer)` of the module's `marian_folder` (`load_marian`)."""
+    from keras_transformer.checkpoints import load_marian
+
+    return load_marian(marian_folder)
+
+
+@pytest.fixture(scope="module")
+def imported_run(marian_folder, tmp_path_factory):
+    """The module's `marian_folder` written as a run folder by `keras-transformer import`."""
+    from keras_transformer_cli import main
+
+    run = tmp_path_factory.mktemp("runs") / pathlib.Path(marian_folder).name
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    return str(run)

@@ -21,8 +21,8 @@ from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
 from tests.marian_fixtures import generate_translations
-from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
+from tests.marian_fixtures import imported, reference  # noqa: F401 (fixtures)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,14 +37,6 @@ def marian_folder(tmp_path_factory):
     return make_marian_folder(tmp_path_factory.mktemp("marian") / "opus-mt-es-en", max_position_embeddings=128)
 
 
-@pytest.fixture(scope="module")
-def reference(marian_folder):
-    return load_reference(marian_folder)
-
-
-@pytest.fixture(scope="module")
-def imported(marian_folder):
-    return load_marian(marian_folder)
 
 
 def _our_ids(tokenizer, marian_ids):

@@ -11,14 +11,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.checkpoints import load_marian
 from keras_transformer.translation import Translator
 from keras_transformer_cli import main
 from keras_transformer_runtime.serving.request_bodies import RequestError
 from keras_transformer_runtime.serving.request_bodies import parse_translate
 from tests.marian_fixtures import generate_translations
-from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
+from tests.marian_fixtures import imported, imported_run, reference  # noqa: F401 (fixtures)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -35,14 +34,6 @@ def marian_folder(tmp_path_factory):
                               language_codes=CODES)
 
 
-@pytest.fixture(scope="module")
-def reference(marian_folder):
-    return load_reference(marian_folder)
-
-
-@pytest.fixture(scope="module")
-def imported(marian_folder):
-    return load_marian(marian_folder)
 
 
 @pytest.mark.backend_independent
@@ -86,12 +77,6 @@ def test_the_imported_logits_of_a_language_token_equal_marians(imported, referen
     ours = keras.ops.convert_to_numpy(model({"encoder_tokens": source, "decoder_tokens": decoder}))
     np.testing.assert_allclose(ours[..., np.argsort(tokenizer.marian_ids)], theirs, atol=1e-4)
 
-
-@pytest.fixture(scope="module")
-def imported_run(marian_folder, tmp_path_factory):
-    run = tmp_path_factory.mktemp("runs") / "opus-mt-es-ROMANCE"
-    assert main(["import", marian_folder, "--output", str(run)]) == 0
-    return str(run)
 
 
 @pytest.mark.end_to_end

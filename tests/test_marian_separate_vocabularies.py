@@ -11,12 +11,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.checkpoints import load_marian
 from keras_transformer.translation import Translator
 from keras_transformer_cli import main
 from tests.marian_fixtures import generate_translations
-from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
+from tests.marian_fixtures import imported, imported_run, reference  # noqa: F401 (fixtures)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -31,14 +30,6 @@ def marian_folder(tmp_path_factory):
                               separate_vocabularies=True)
 
 
-@pytest.fixture(scope="module")
-def reference(marian_folder):
-    return load_reference(marian_folder)
-
-
-@pytest.fixture(scope="module")
-def imported(marian_folder):
-    return load_marian(marian_folder)
 
 
 @pytest.mark.backend_independent
@@ -82,12 +73,6 @@ def test_greedy_and_pooled_beam_translations_equal_generate(imported, reference)
                       beam_search="pooled", early_stopping=False)
     assert beam(SENTENCES) == generate_translations(reference, SENTENCES, 20, beams=4, drop_start=True)
 
-
-@pytest.fixture(scope="module")
-def imported_run(marian_folder, tmp_path_factory):
-    run = tmp_path_factory.mktemp("runs") / "opus-mt-tc-es-en"
-    assert main(["import", marian_folder, "--output", str(run)]) == 0
-    return str(run)
 
 
 @pytest.mark.end_to_end
