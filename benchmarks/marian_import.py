@@ -64,8 +64,8 @@ def measure(work):
 
     translator = Translator.from_directory(str(run))
     tokenizer = translator.tokenizer
-    reference = MarianMTModel.from_pretrained(folder).eval()
-    their_tokenizer = MarianTokenizer.from_pretrained(folder)
+    reference = MarianMTModel.from_pretrained(folder, local_files_only=True).eval()
+    their_tokenizer = MarianTokenizer.from_pretrained(folder, local_files_only=True)
     batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
     targets = their_tokenizer(text_target=["God said.", "Let there be light.", "x", "In the beginning"],
                               return_tensors="pt", padding=True)["input_ids"]

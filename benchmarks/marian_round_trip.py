@@ -58,8 +58,8 @@ def measure(run, work, limit=None):
     sources = [pair.source for pair in pairs]
     references = [list(pair.references) for pair in pairs]
     translator = Translator.from_directory(str(run), beam_width=1, no_repeat_ngram_size=0)
-    model = MarianMTModel.from_pretrained(str(exported)).eval()
-    tokenizer = MarianTokenizer.from_pretrained(str(exported))
+    model = MarianMTModel.from_pretrained(str(exported), local_files_only=True).eval()
+    tokenizer = MarianTokenizer.from_pretrained(str(exported), local_files_only=True)
     ours_ids = translator.tokenizer.tokenize(sources)
     their_ids = tokenizer(sources, add_special_tokens=False)["input_ids"]
     width = 24

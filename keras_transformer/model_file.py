@@ -50,6 +50,13 @@ def load_model(path, compile=True):
     Raises:
         UserInputError: the file is missing, damaged, or holds layers this
             package does not define.
+
+    Example:
+
+    >>> load_model("/no/such/run/model.keras")
+    Traceback (most recent call last):
+    ...
+    keras_transformer_runtime.errors.UserInputError: No trained model at '/no/such/run/model.keras': ...
     """
     # The layers must be registered; with `compile=True` the loss, metric and
     # schedule too, which `keras_transformer/__init__` does by importing

@@ -331,7 +331,8 @@ def load_reference(folder):
 
     with warnings.catch_warnings():  # MarianTokenizer asks for sacremoses, which it never uses to encode
         warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
-        return MarianMTModel.from_pretrained(folder).eval(), MarianTokenizer.from_pretrained(folder)
+        return (MarianMTModel.from_pretrained(folder, local_files_only=True).eval(),
+                MarianTokenizer.from_pretrained(folder, local_files_only=True))
 
 
 def generate_translations(reference, sentences, max_new_tokens, beams=1, drop_start=False, **options):

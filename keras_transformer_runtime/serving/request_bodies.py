@@ -127,8 +127,22 @@ def parse_translate(body, models, max_texts):
 def language_checked(texts, model, target_language=None):
     """`texts` with the target-language token a multi-target `model` needs (`target_language.with_target_language`).
 
+    Args:
+        texts: the request's sentences.
+        model: the `ServedModel` (its `language_codes`).
+        target_language: the request's `target_language`, or None.
+
+    Returns:
+        A tuple of str.
+
     Raises:
         RequestError: 400, the code is unknown or missing (the message lists the model's codes).
+
+    Example:
+
+    >>> import types
+    >>> language_checked(("Hola.",), types.SimpleNamespace(language_codes=("fra", "por")), "por")
+    ('>>por<< Hola.',)
     """
     try:
         return tuple(with_target_language(list(texts), getattr(model, "language_codes", ()), target_language))
