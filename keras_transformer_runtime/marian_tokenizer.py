@@ -179,8 +179,8 @@ class MarianTokenizer:
     in `tokenizer_config.json`, as transformers reads it) numbers the
     target pieces with `target_vocab.json`. The id calls above then speak
     of the target side, what the decoder reads and writes, and
-    `source_vocabulary_size`, `source_id_to_token` and
-    `source_token_to_id` of the source; `marian_ids` and
+    `source_vocabulary_size`, `get_source_vocabulary`,
+    `source_id_to_token` and `source_token_to_id` of the source; `marian_ids` and
     `target_marian_ids` are each side's permutation (one and the same
     where the table is shared).
 
@@ -257,8 +257,12 @@ class MarianTokenizer:
         return self._source_ids.get(token, UNK_ID)
 
     def get_vocabulary(self):
-        """The pieces as a list of strings, indexed by this package's id."""
+        """The target pieces as a list of strings, indexed by this package's id."""
         return list(self._pieces)
+
+    def get_source_vocabulary(self):
+        """The source pieces as a list of strings, indexed by this package's id (`get_vocabulary`'s where shared)."""
+        return list(self._source_pieces)
 
     def id_to_token(self, id):
         """The target piece of one id."""

@@ -117,6 +117,7 @@ def make_marian_folder(
     vocabulary_size=None,
     language_codes=(),
     separate_vocabularies=False,
+    target_vocabulary_size=None,
 ):
     """Writes a small random OPUS-MT style `MarianMTModel` folder (Spanish to English) and returns its path.
 
@@ -173,6 +174,9 @@ def make_marian_folder(
             `share_encoder_decoder_embeddings` false, and the source table
             is filled to be the larger (the encoder's embedding takes the
             decoder's padding id too).
+        target_vocabulary_size: with `separate_vocabularies`, the size of
+            target_vocab.json, filled as `vocabulary_size` fills vocab.json;
+            by default just the target model's pieces and the specials.
 
     Returns:
         The folder's path, as a string.
@@ -201,7 +205,7 @@ def make_marian_folder(
     (path / "source.spm").write_bytes(source_spm)
     (path / "target.spm").write_bytes(target_spm)
     if separate_vocabularies:
-        target_vocab = _opus_vocab((), _spm_pieces(target_spm))
+        target_vocab = _opus_vocab((), _spm_pieces(target_spm), target_vocabulary_size)
         vocab = _opus_vocab(_spm_pieces(source_spm), (), max(vocabulary_size or 0, len(target_vocab) + 8),
                             language_codes)
         with open(path / "target_vocab.json", "w", encoding="utf-8") as f:

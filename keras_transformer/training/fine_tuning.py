@@ -104,11 +104,8 @@ def read_starting_run(folder, output=None, weights=False):
     from keras_transformer.training import run_folder
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
 
-    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
-
     if not os.path.isdir(folder):
         raise UserInputError(f"--from {folder!r} is not a folder: pass the --output folder of a finished training run.")
-    refuse_a_target_vocabulary_of_its_own(folder, "train --from")
     if output is not None and os.path.realpath(folder) == os.path.realpath(output):
         raise UserInputError(
             f"--from {folder!r} is the --output folder itself: fine-tuning writes a new run, which would "
@@ -133,8 +130,26 @@ def read_starting_run(folder, output=None, weights=False):
             f"{paths[run_folder.CONFIG_FILE]!r} does not record the model's {', '.join(absent)}: it was not "
             "written by `keras-transformer train`, or by an incompatible version; nothing was changed."
         )
-    start = StartingRun(folder, config, paths[run_folder.MODEL_FILE], paths[vocabulary[0]])
+    start = StartingRun(folder, _with_source_vocabulary(folder, config), paths[run_folder.MODEL_FILE],
+                        paths[vocabulary[0]])
     return dataclasses.replace(start, weights=read_starting_weights(start)) if weights else start
+
+
+def _with_source_vocabulary(folder, config):
+    """`config`, whose `model_options` name the encoder's vocabulary where a Marian target has a table of its own.
+
+    A run imported before `run_config` recorded `source_vocabulary_size`
+    gets it from its tokenizer, whose source table sizes the encoder.
+    """
+    from keras_transformer_runtime.run_tokenizer import has_target_vocabulary_of_its_own
+
+    options = config.get("model_options") or {}
+    if "source_vocabulary_size" in options or not has_target_vocabulary_of_its_own(folder):
+        return config
+    from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+
+    size = MarianTokenizer(folder).source_vocabulary_size()
+    return {**config, "model_options": {**options, "source_vocabulary_size": size}}
 
 
 def resolved_config(config, corpus=None):

@@ -35,10 +35,12 @@ def _require_tensorflow_backend():
 def marian_graph_tokenizer(directory):
     """A run imported from Marian's tokenizer as TensorFlow ops: `(tokenize, detokenize)`.
 
-    `tokenize(texts)`: `source.spm`'s pieces, looked up in the id table
-    (a piece not in it is `<unk>`), `</s>` appended: a ragged int32 tensor.
-    `detokenize(ids)`: the pieces of a ragged tensor of ids, the specials
-    dropped, joined and `▁` made a space, as `MarianTokenizer.detokenize`.
+    `tokenize(texts)`: `source.spm`'s pieces, looked up in the source's
+    id table (a piece not in it is `<unk>`), `</s>` appended: a ragged
+    int32 tensor. `detokenize(ids)`: the pieces of a ragged tensor of ids
+    in the target's table (`target_vocab.json` where the target has one
+    of its own), the specials dropped, joined and `▁` made a space, as
+    `MarianTokenizer.detokenize`.
 
     Returns:
         `((tokenize, detokenize), resources)`: the two functions, and a
@@ -51,11 +53,11 @@ def marian_graph_tokenizer(directory):
     from keras_transformer_runtime.special_tokens import UNK_ID
 
     tokenizer = MarianTokenizer(directory)
-    pieces = tokenizer.get_vocabulary()
+    pieces, source_pieces = tokenizer.get_vocabulary(), tokenizer.get_source_vocabulary()
     source = tensorflow_text.SentencepieceTokenizer(model=tokenizer.source_processor.serialized_model_proto(),
                                                     out_type=tf.string)
-    table = tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(tf.constant(pieces), tf.range(len(pieces), dtype=tf.int32)), UNK_ID)
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(source_pieces), tf.range(len(source_pieces), dtype=tf.int32)), UNK_ID)
     dropped = tf.constant(sorted({tokenizer.token_to_id(piece) for piece in tokenizer.specials.values()}), tf.int32)
     piece_strings = tf.constant(pieces)
 
@@ -185,9 +187,6 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     Returns:
         The path of the exported SavedModel.
     """
-    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
-
-    refuse_a_target_vocabulary_of_its_own(directory, "export --format savedmodel")
     _require_tensorflow_backend()
     import tensorflow as tf
 

@@ -84,7 +84,9 @@ def run_config(checkpoint):
 
     The sizes are `TrainConfig`'s fields (`preset` "base" names the
     presets' training defaults, which a fine-tuning run replaces with its
-    own); the rest of `transformer()`'s arguments go to `model_options`.
+    own); the rest of `transformer()`'s arguments go to `model_options`,
+    `source_vocabulary_size` among them where the target has a table of
+    its own (`vocabulary_size` is then the target's).
     """
     arguments = checkpoint.architecture.builder_arguments(_start_id(checkpoint))
     core = {"num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout", "tie_embeddings"}
@@ -92,7 +94,8 @@ def run_config(checkpoint):
         "preset": "base", "vocabulary_size": arguments["target_vocabulary_size"],
         **{key: arguments[key] for key in core},
         "model_options": {key: value for key, value in arguments.items()
-                          if key not in core and not key.endswith("vocabulary_size")},
+                          if key not in core and key != "target_vocabulary_size"
+                          and (key != "source_vocabulary_size" or value != arguments["target_vocabulary_size"])},
     }
 
 

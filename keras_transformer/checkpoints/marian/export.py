@@ -10,7 +10,12 @@ features, and the attention heads and the feed-forward's hidden units are
 not permuted. The vocabulary keeps this package's ids (`vocab.json` maps
 each piece to its SentencePiece id; both `.spm` files are the run's
 `vocabulary.spm`), and the config names its own specials: `<pad>` 0,
-`</s>` 3, and decoding starts from `<s>` (2).
+`</s>` 3, and decoding starts from `<s>` (2). A run whose target has a
+table of its own (`separate_vocabs`) keeps it: `target_vocab.json` beside
+`vocab.json`, `decoder_vocab_size`, and the encoder's and decoder's own
+matrices (`share_encoder_decoder_embeddings` false); the specials have
+the same ids in both tables, so transformers' `skip_special_tokens` drops
+the decoder's `<pad>` too.
 
 `MarianTokenizer` always appends `</s>` to a source, which a run trained
 here never saw there: call it with `add_special_tokens=False` to give the
@@ -32,6 +37,7 @@ from keras_transformer.model_parts import transformer_parts
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.run_files import ID_TABLE_FILE
 from keras_transformer_runtime.run_files import SOURCE_VOCABULARY_FILE
+from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
 from keras_transformer_runtime.run_files import TARGET_VOCABULARY_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.special_tokens import END_ID
@@ -187,9 +193,6 @@ def export_marian(run_directory, out, force=False):
     from keras_transformer_runtime.run_tokenizer import is_marian_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
-    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
-
-    refuse_a_target_vocabulary_of_its_own(run_directory, "export --format marian")
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise UserInputError(f"--out {out!r} exists and is not empty: choose a new folder, or pass --force.")
     model = model_file.load_model(os.path.join(run_directory, MODEL_FILE), compile=False)
@@ -219,8 +222,34 @@ def export_marian(run_directory, out, force=False):
             json.dump({"tokenizer_class": "MarianTokenizer", "eos_token": "</s>", "unk_token": "<unk>",
                        "pad_token": "<pad>", "model_max_length": config["max_position_embeddings"],
                        "separate_vocabs": False}, f, indent=2)
-    # This package's ids (an imported run's are Marian's permuted): vocab.json over a copied one.
-    table = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
-    with open(os.path.join(out, ID_TABLE_FILE), "w", encoding="utf-8") as f:
-        json.dump(table, f, ensure_ascii=False, indent=2)
+    # This package's ids (an imported run's are Marian's permuted): vocab.json over a copied one, and
+    # target_vocab.json where the target has a table of its own (its specials keep the source's ids).
+    tables = {ID_TABLE_FILE: tokenizer.get_vocabulary()}
+    if getattr(tokenizer, "separate_vocabularies", False):
+        tables = {ID_TABLE_FILE: tokenizer.get_source_vocabulary(), TARGET_ID_TABLE_FILE: tokenizer.get_vocabulary()}
+    for name, pieces in tables.items():
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            json.dump({piece: i for i, piece in enumerate(pieces)}, f, ensure_ascii=False, indent=2)
+    _renumber_added_tokens(os.path.join(out, TOKENIZER_CONFIG_FILE), tables[ID_TABLE_FILE])
     return config
+
+
+def _renumber_added_tokens(path, pieces):
+    """Gives the specials of a copied `tokenizer_config.json` (`added_tokens_decoder`) their ids in `pieces`.
+
+    transformers 5 saves each special with its id, which it then trusts over
+    `vocab.json`: a copied file would keep Marian's ids (`</s>` 0) beside
+    this package's table (`</s>` 3).
+    """
+    if not os.path.isfile(path):  # a Marian folder may come without one
+        return
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    added = config.get("added_tokens_decoder")
+    if not isinstance(added, dict):
+        return
+    ids = {piece: i for i, piece in enumerate(pieces)}
+    config["added_tokens_decoder"] = {str(ids[token["content"]]): token for token in added.values()
+                                      if isinstance(token, dict) and token.get("content") in ids}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
