@@ -31,7 +31,8 @@ QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLE
                  "bytes, a little faster on TensorFlow and JAX, slower on torch; int4 costs about 0.6 BLEU "
                  "(docs/keras-workflows.md)")
 TARGET_LANGUAGE_HELP = ("a multi-target model's language to write (fra: >>fra<< before each sentence without a "
-                        "code of its own); such a model refuses a sentence without one")
+                        "code of its own; an NLLB-200 run: eng_Latn); such a model refuses a sentence without one")
+SOURCE_LANGUAGE_HELP = "an NLLB-200 run's source language (spa_Latn); other runs read any source they were trained on"
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in
 the package, or on your own --corpus (a TSV file, or two aligned text
@@ -51,6 +52,19 @@ training fits the hardware:
     1.9 min from the command to the saved model on one H200 (JAX);
     test BLEU 35.22, held-out 24.49 (beam 4, 2 references). base
     (6+6 layers, d_model 512) trains with --preset base.
+"""
+TRANSLATE_DESCRIPTION = """\
+Translates each argument, or each line of stdin as it arrives, with a run
+folder: one trained here, or one imported from Hugging Face
+(`keras-transformer import`).
+
+With no search flag, a run decodes with its own defaults: a run trained
+here with this package's beam search (kept, beam 4, length penalty 0.6,
+the 3-gram guard); an imported run as transformers' generate() does with
+the model's generation_config.json (pooled: its num_beams, max_length,
+length_penalty, early_stopping, no_repeat_ngram_size), kept in the run as
+generation.json. Each flag given overrides its setting; --verbose says
+which search ran and where its settings came from.
 """
 
 
@@ -274,15 +288,46 @@ def add_attention_arguments(parser):
                              "words, to FILE.png (one sentence given as an argument; needs matplotlib)")
 
 
+SEARCH_DEFAULTS_HELP = ("a run trained here: kept, beam 4, 0.6, the 3-gram guard; a run imported from Hugging Face: "
+                        "what generate() does with the model's generation_config.json (pooled, its num_beams, ...)")
+
+
+def _integer_or_text(text):
+    """`--max-new-tokens`: an int, or the text as given, which the search's resolution refuses in one line."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def add_search_arguments(parser):
+    """The search's flags that `translate`, `evaluate` and `serve` share; each left out takes the run's default."""
+    parser.add_argument("--beam-search", choices=("kept", "pooled"),
+                        help="kept: a finished hypothesis keeps its beam slot (GNMT's length penalty "
+                             "((5 + length) / 6) ** alpha); pooled: set aside, num_beams kept open, "
+                             "log-probability / length ** alpha, as transformers' generate (default: the run's: "
+                             "pooled for a run imported from Hugging Face, kept for one trained here)")
+    parser.add_argument("--length-penalty", type=float, metavar="ALPHA",
+                        help="the beam's length penalty (default: the run's: 0.6 for kept, generation_config.json's "
+                             "length_penalty, else 1.0, for pooled)")
+    parser.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --beam-search pooled: stop a sentence once --beam hypotheses have finished "
+                             "(default: the run's: generation_config.json's early_stopping, else off)")
+    parser.add_argument("--max-new-tokens", type=_integer_or_text, metavar="N",
+                        help="the longest translation in tokens, at most the model's positions less one (default: "
+                             "the run's: the model's positions less one; for an imported run generation_config.json's "
+                             "max_length less two, as generate counts the start token and forces </s>)")
+
+
 def add_decoding_arguments(parser):
     """The search's flags, shared by `translate` and `evaluate`: beam, search kind, n-gram guard, batch size."""
-    parser.add_argument("--beam", type=positive_int, default=BEAM_WIDTH,
-                        help="beam width; 1 is greedy search, the faster (default: %(default)s)")
-    parser.add_argument("--beam-search", choices=("kept", "pooled"), default="kept",
-                        help="kept: a finished hypothesis keeps its beam slot (GNMT's length penalty); pooled: set "
-                             "aside, as transformers' generate (an imported Marian run then gives its translations)")
-    parser.add_argument("--no-repeat-ngram", type=_non_negative_int, default=NO_REPEAT_NGRAM,
-                        help="never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off")
+    parser.add_argument("--beam", type=positive_int,
+                        help=f"beam width; 1 is greedy search, the faster (default: the run's; {SEARCH_DEFAULTS_HELP})")
+    add_search_arguments(parser)
+    parser.add_argument("--no-repeat-ngram", type=_non_negative_int,
+                        help=f"never repeat an n-gram of this many tokens, a guard against loops; 0 turns it off "
+                             f"(default: {NO_REPEAT_NGRAM} for a run trained here, generation_config.json's "
+                             "no_repeat_ngram_size, else 0, for an imported one)")
     parser.add_argument("--batch-size", type=batch_size_value, default=BATCH_SIZE,
                         help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
                              "decoding compiles on a CPU, TensorFlow or JAX; else 64)")

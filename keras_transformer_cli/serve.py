@@ -30,11 +30,13 @@ def add_arguments(parser, positive_int, batch_size, engine_help, beam_width, no_
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on; any but loopback needs --token-file or --no-auth")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one, logged)")
-    parser.add_argument("--beam", type=positive_int, nargs="+", default=[beam_width], metavar="N",
+    parser.add_argument("--beam", type=positive_int, nargs="+", metavar="N",
                         help="the beam widths requests may ask for, the default first (each one decoding "
-                             "program, compiled at start)")
-    parser.add_argument("--no-repeat-ngram", type=int, default=no_repeat_ngram,
-                        help="never repeat an n-gram of this many tokens; 0 turns it off")
+                             f"program, compiled at start; default: each run's own: {beam_width} for a run trained "
+                             "here, generation_config.json's num_beams for one imported from Hugging Face)")
+    parser.add_argument("--no-repeat-ngram", type=int,
+                        help="never repeat an n-gram of this many tokens; 0 turns it off (default: each run's own: "
+                             f"{no_repeat_ngram} for a run trained here, generation_config.json's for an imported one)")
     parser.add_argument("--batch-size", type=batch_size, default="auto",
                         help="rows the decoding program runs at once (auto: 8 on a CPU, 64 on a GPU)")
     parser.add_argument("--max-batch-sentences", type=positive_int, default=64,
@@ -88,6 +90,8 @@ def _served_models(args, log):
     from keras_transformer_runtime.serving.served_model import ServedModel
     from keras_transformer_runtime.serving.served_model import model_name
 
+    from keras_transformer_runtime.search_defaults import resolve_search
+
     load, engine = _compiled_loader(args) if args.engine == "compiled" else _keras_loader(args)
     models = {}
     for argument in args.model:
@@ -96,9 +100,25 @@ def _served_models(args, log):
             raise UserInputError(f"--model {argument!r}: {'an empty name' if not name else f'a second {name!r}'}; "
                                  "name each model with NAME=FOLDER.")
         _check_run_folder(folder)
-        models[name] = ServedModel(name, folder, args.beam, load, engine)
-        log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, args.beam))}")
+        # Each run its own defaults (an imported one: generate()'s), the flags over them.
+        search = resolve_search(folder, beam=args.beam[0] if args.beam else None, beam_search=args.beam_search,
+                                length_penalty=args.length_penalty, early_stopping=args.early_stopping,
+                                max_new_tokens=args.max_new_tokens, no_repeat_ngram=args.no_repeat_ngram)
+        beams = args.beam or [search.beam]
+        models[name] = ServedModel(name, folder, beams, _with_search(load, search), engine)
+        log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, beams))}; {search.describe()}")
     return models
+
+
+def _with_search(load, search):
+    return lambda run_directory, setting, weights_of: load(run_directory, setting, weights_of, search)
+
+
+def _search_settings(search):
+    """The loaders' arguments of a `SearchSettings` (the beam width comes with each served setting)."""
+    return dict(length_penalty=search.length_penalty, no_repeat_ngram_size=search.no_repeat_ngram,
+                beam_search=search.beam_search, early_stopping=search.early_stopping,
+                max_new_tokens=search.max_new_tokens)
 
 
 def _check_run_folder(folder):
@@ -123,32 +143,41 @@ def _compiled_loader(args):
     with quiet_native_logging(args.verbose):  # JAX's start on a machine without CUDA logs "failed call to cuInit"
         engine = engine_description()
 
-    def load(run_directory, setting, weights_of):
-        return load_compiled_translator(run_directory, cache, beam_width=setting.beam,
-                                        no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
+    def load(run_directory, setting, weights_of, search):
+        return load_compiled_translator(run_directory, cache, beam_width=setting.beam, batch_size=args.batch_size,
                                         write=write_program_in_a_child, n_best=setting.beam,
-                                        cross_attention=setting.alignments, weights_of=weights_of)
+                                        cross_attention=setting.alignments, weights_of=weights_of,
+                                        **_search_settings(search))
 
     return load, f"compiled engine ({engine})"
 
 
 def write_program_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size,
-                             n_best=None, cross_attention=False):
+                             n_best=None, cross_attention=False, beam_search="kept", early_stopping=False,
+                             max_new_tokens=None):
     """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras.
 
     The `write` of `load_compiled_translator`, for a process that serves
-    (or measures) without Keras, or whose Keras runs another backend. The
-    length penalty is `translate`'s, the only one it writes.
+    (or measures) without Keras, or whose Keras runs another backend. Every
+    search setting is passed as a flag, so the child writes the program of
+    this setting whatever the run's defaults.
+
+    Example:
+
+    >>> write_program_in_a_child("runs/es-en", entry, cache, 4, 0.6, 3)  # doctest: +SKIP
     """
     from keras_transformer_runtime.errors import UserInputError
 
-    print(f"keras-transformer: compiling the decoding program of beam {beam_width}"
+    print(f"keras-transformer: compiling the decoding program of {beam_search} beam {beam_width}"
           f"{' with alignments' if cross_attention else ''} into the cache (once per model and setting)",
           file=sys.stderr, flush=True)
     scored = ["--n-best", str(n_best), "--format", "jsonl"] if n_best else []
+    search = ["--beam-search", beam_search, "--length-penalty", repr(float(length_penalty)),
+              "--early-stopping" if early_stopping else "--no-early-stopping",
+              *(["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])]
     command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
                "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
-               *scored, *(["--alignments"] if cross_attention else []), ""]
+               *search, *scored, *(["--alignments"] if cross_attention else []), ""]
     # The child finds the same cache: ProgramCache() reads the same environment.
     result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
     if result.returncode != 0:
@@ -163,12 +192,11 @@ def _keras_loader(args):
 
     loaded = {}
 
-    def load(run_directory, setting, weights_of):
+    def load(run_directory, setting, weights_of, search):
         key = (run_directory, setting.beam)
         if key not in loaded:
-            loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam,
-                                                    no_repeat_ngram_size=args.no_repeat_ngram,
-                                                    batch_size=args.batch_size)
+            loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam, batch_size=args.batch_size,
+                                                    **_search_settings(search))
         return loaded[key]
 
     return load, f"Keras model ({keras.backend.backend()})"

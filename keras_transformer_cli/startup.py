@@ -93,7 +93,10 @@ def _spend_onednn_dtype_message(tf):
 
 
 def check_translate_arguments(args, parser):
-    """Refuses `translate` flags that contradict each other (`parser.error`); sets `args.alignments`."""
+    """Refuses `translate` flags that contradict each other (`parser.error`); sets `args.alignments`.
+
+    Runs once the search flags hold the run's defaults (`search_flags.apply_search_defaults`).
+    """
     if args.n_best and args.n_best > args.beam:
         parser.error(f"--n-best {args.n_best} is more than the --beam {args.beam} hypotheses kept.")
     if args.token_scores and not (args.n_best or args.format == "jsonl"):
@@ -101,9 +104,6 @@ def check_translate_arguments(args, parser):
     if args.attention_weights and args.format != "jsonl":
         parser.error("--attention-weights are written in --format jsonl only.")
     args.alignments = args.alignments or args.attention_weights
-    if args.beam_search == "pooled" and (args.n_best or args.format == "jsonl" or args.alignments
-                                         or args.attention_map):
-        parser.error("--n-best, --format jsonl and the alignments come from --beam-search kept.")
     if args.attention_map and len(args.text) != 1:
         parser.error(f"--attention-map draws one translation: give one sentence as an argument "
                      f"(got {len(args.text) or 'stdin'}).")
@@ -121,17 +121,14 @@ def translation_engine(args, parser):
 
     keras_module = sys.modules.get("keras")
     other_backend = keras_module is not None and keras_module.backend.backend() != "jax"
-    pooled = getattr(args, "beam_search", "kept") == "pooled" and args.beam > 1
     if args.engine == "auto":
         compiled = importable("jax") and cache_enabled() and not getattr(args, "quantize", None) and not other_backend
-        compiled = compiled and not pooled
         engine = "compiled" if compiled else "keras"
     elif args.engine == "compiled":
         problem = (
             "needs JAX (pip install jax)" if not importable("jax")
             else "keeps its program in the cache, which KERAS_TRANSFORMER_CACHE=0 turns off" if not cache_enabled()
             else "runs the Keras model only: drop --quantize, or pass --engine keras" if getattr(args, "quantize", None)
-            else "runs --beam-search kept only: pass --engine keras" if pooled
             else "writes its program with Keras on JAX, and this process already runs Keras on "
                  f"{keras_module.backend.backend()}" if other_backend
             else None

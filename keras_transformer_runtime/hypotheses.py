@@ -36,9 +36,11 @@ class Hypothesis:
     Args:
         text: the translation.
         score: float, its log-probability: the sum of `token_scores`.
-        normalized_score: float, `score / ((5 + length) / 6) ** alpha`,
-            what the beam ranked it by (`length` counts its tokens with
-            the end token).
+        normalized_score: float, what the beam ranked it by:
+            `score / ((5 + length) / 6) ** alpha` for the kept search,
+            `score / length ** alpha` for the pooled one (transformers'
+            `sequences_scores`); `length` counts its tokens with the end
+            token (which the pooled search adds at the length limit).
         tokens: tuple of str, its subword pieces, the end token (`"</s>"`)
             last when it was generated.
         token_scores: tuple of float, each piece's log-probability.

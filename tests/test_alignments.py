@@ -18,6 +18,7 @@ from keras_transformer.decoding import CachedDecoder
 from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding import n_best_search
+from keras_transformer.decoding import pooled_beam_search
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime import alignment
@@ -51,14 +52,17 @@ def steps_until_end(row):
     return row.index(END_ID) + 1 if END_ID in row else len(row)
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.parametrize("search", ["greedy", "beam", "pooled"])
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_recorded_weights_are_the_whole_models_cross_attention_for_the_chosen_tokens(model, search, jit_compile):
     decoder = CachedDecoder(model, jit_compile=jit_compile)
     if search == "greedy":
         tokens, weights = greedy_search(decoder, SOURCE, max_new_tokens=8, return_cross_attention=True)
-    else:  # the beam reorders its rows every step: the weights must follow the chosen hypothesis
+    elif search == "beam":  # the beam reorders its rows every step: the weights must follow the chosen hypothesis
         tokens, weights = beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=8, return_cross_attention=True)
+    else:  # a pooled hypothesis' weights are copied when it ends, or after the last step
+        tokens, weights = pooled_beam_search(decoder, SOURCE, beam_width=3, max_new_tokens=8,
+                                             return_cross_attention=True)
     assert weights.shape == (3, 2, tokens.shape[1], SOURCE.shape[1])
     expected = whole_model_cross_attention(model, SOURCE, tokens)
     for row in range(len(SOURCE)):
@@ -79,6 +83,43 @@ def test_recording_changes_no_token_and_the_first_of_the_n_best_is_the_beams(mod
     np.testing.assert_array_equal(n_best.tokens[:, 0], plain_beam)
     np.testing.assert_allclose(n_best.cross_attention[:, 0], beam_weights, rtol=1e-5, atol=1e-6)
     assert n_best_search(decoder, SOURCE, n=2, beam_width=3, max_new_tokens=8).cross_attention is None
+
+
+def test_each_pooled_hypothesis_carries_the_whole_models_attention_and_token_scores():
+    from keras_transformer.decoding import mask_forbidden_tokens
+    from keras_transformer.model_parts import DECODER_TOKENS
+    from keras_transformer.model_parts import ENCODER_TOKENS
+
+    keras.utils.set_random_seed(7)
+    model = kt.models.transformer(40, 40, num_layers=2, d_model=16, num_heads=4, ff_dim=32, max_length=12,
+                                  tie_embeddings=True, output_bias=True)
+    decoder = CachedDecoder(model)
+    sources = np.repeat(SOURCE, 3, axis=0)
+    # A bias on `</s>`'s logit: +10 ends every pooled hypothesis in a step or two, -30 none before the limit.
+    for end_bias in (10.0, -30.0):
+        model.get_layer("decoder_embedding").logits_bias.assign(np.eye(40, dtype="float32")[END_ID] * end_bias)
+        n_best = n_best_search(decoder, SOURCE, n=3, beam_width=3, max_new_tokens=8, return_cross_attention=True,
+                               beam_search="pooled")
+        assert np.all(np.diff(n_best.normalized_scores, axis=1) <= 0)  # best first
+        tokens = n_best.tokens.reshape(len(sources), -1)
+        expected = whole_model_cross_attention(model, sources, tokens)
+        prefixes = np.concatenate([np.full((len(tokens), 1), START_ID), tokens[:, :-1]], axis=1).astype("int32")
+        log_probs = to_numpy(keras.ops.log_softmax(mask_forbidden_tokens(keras.ops.cast(
+            model({ENCODER_TOKENS: sources, DECODER_TOKENS: prefixes}), "float32")), axis=-1))
+        ended = 0
+        for row in range(len(sources)):
+            source, k = divmod(row, 3)
+            steps = steps_until_end(tokens[row])
+            ended += END_ID in tokens[row]
+            np.testing.assert_allclose(n_best.cross_attention[source, k, :, :steps], expected[row, :, :steps],
+                                       rtol=1e-4, atol=1e-5)
+            token_scores = log_probs[row, np.arange(steps), tokens[row, :steps]]
+            np.testing.assert_allclose(n_best.token_scores[source, k, :steps], token_scores, rtol=1e-4, atol=1e-5)
+            assert n_best.scores[source, k] == pytest.approx(token_scores.sum(), rel=1e-4, abs=1e-4)
+            # transformers' score: the log-probability over the length with `</s>`, forced at the limit.
+            length = steps if END_ID in tokens[row] else steps + 1
+            assert n_best.normalized_scores[source, k] == pytest.approx(n_best.scores[source, k] / length, rel=1e-5)
+        assert ended == (len(sources) if end_bias > 0 else 0)  # ended, or pooled at the limit
 
 
 def test_weights_are_distributions_over_the_real_source_tokens_whatever_the_padding(model):

@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import inspect
 import os
 import re
 import shutil
@@ -87,16 +88,27 @@ def test_the_parsers_defaults_are_the_configs():
     assert set(arguments.PRESET_NAMES) == set(PRESETS)
 
 
-def test_the_decoding_defaults_are_the_translators():
+def test_the_decoding_defaults_of_a_run_trained_here_are_the_translators(tmp_path):
     from keras_transformer.translation.translator import DEFAULT_BATCH_SIZE
     from keras_transformer.translation.translator import DEFAULT_BEAM_WIDTH
     from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
+    from keras_transformer.translation.translator import Translator
+    from keras_transformer_cli.search_flags import apply_search_defaults
+    from keras_transformer_runtime.search_defaults import PACKAGE_DEFAULTS
 
-    for verb in (["translate", "--model", "m"], ["evaluate", "--model", "m"]):
+    (tmp_path / "config.json").write_text('{"max_length": 40}')
+    for verb in (["translate", "--model", str(tmp_path)], ["evaluate", "--model", str(tmp_path)]):
         arguments = cli.build_parser().parse_args(verb)
-        assert arguments.no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE
-        assert arguments.beam == DEFAULT_BEAM_WIDTH
+        assert arguments.beam is None and arguments.beam_search is None  # the run's, once resolved
+        search = apply_search_defaults(arguments)
+        assert arguments.no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE == cli.NO_REPEAT_NGRAM
+        assert arguments.beam == DEFAULT_BEAM_WIDTH == cli.BEAM_WIDTH
         assert arguments.batch_size == DEFAULT_BATCH_SIZE
+        assert (search.beam_search, search.length_penalty, search.early_stopping, search.max_new_tokens) == (
+            "kept", 0.6, False, 39)
+    defaults = inspect.signature(Translator).parameters
+    assert PACKAGE_DEFAULTS["beam_search"] == defaults["beam_search"].default
+    assert PACKAGE_DEFAULTS["early_stopping"] == defaults["early_stopping"].default
 
 
 def test_ablate_help_names_the_settings_defaults():

@@ -6,7 +6,8 @@ uncached baseline `UncachedDecoder`) turns a model built by
 steps; `sampler.search_tensors` runs them in one `keras.ops.while_loop`,
 and greedy and beam search differ only in the choice that picks the next
 tokens (`GreedyChoice`, `BeamChoice`; `NBestChoice` keeps the n best
-with their scores). The `Translator` and the SavedModel
+with their scores; `PooledBeamChoice` is transformers' beam search, with
+its n best too). The `Translator` and the SavedModel
 export run the same loop.
 
 Example:

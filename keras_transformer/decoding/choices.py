@@ -5,7 +5,8 @@ A choice is the one thing greedy and beam search do differently
 `choose(logits, finished, state) -> (next_tokens, parents, state)` (`parents`
 None when no row changes place), `best(generated, state)` (what the search
 returns) and `pick(values, state)` (the same rows of any per-row tensor,
-e.g. the recorded cross-attention). `n_best.NBestChoice` is a third.
+e.g. the recorded cross-attention). `n_best.NBestChoice` is a third, and
+`pooled_beam.PooledBeamChoice` (transformers' beam search) a fourth.
 """
 
 import dataclasses

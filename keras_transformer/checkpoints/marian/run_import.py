@@ -11,6 +11,7 @@ from keras_transformer.checkpoints.marian.config import PYTORCH_FILE
 from keras_transformer.checkpoints.marian.config import SAFETENSORS_FILE
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import MARIAN_VOCABULARY_FILES
+from keras_transformer_runtime.search_defaults import write_generation_file
 
 def copy_vocabulary_files(source, destination):
     """Copies a Marian tokenizer's files (`MARIAN_VOCABULARY_FILES`, `tokenizer_config.json`) between folders."""
@@ -83,7 +84,8 @@ def import_marian(source, output, overwrite=False):
     settings and weights), Marian's tokenizer files (`source.spm`,
     `target.spm`, `vocab.json`, `tokenizer_config.json`), its Hugging Face
     config (`marian_config.json`), the run's own `config.json` (`run_config`:
-    what `train --from` reads) and `imported.json` (where it came from). It is written beside `output` and moved there whole, so a
+    what `train --from` reads), `generation.json` (`generate()`'s search
+    settings, the run's defaults) and `imported.json` (where it came from). It is written beside `output` and moved there whole, so a
     failure leaves nothing in `output`.
 
     Args:
@@ -122,6 +124,7 @@ def import_marian(source, output, overwrite=False):
         shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(staging, MARIAN_CONFIG_FILE))
         with open(os.path.join(staging, CONFIG_FILE), "w") as f:  # the run's own: what `train --from` reads
             json.dump(run_config(checkpoint), f, indent=2)
+        write_generation_file(checkpoint.directory, staging)  # `generate()`'s search: the run's default
         with open(os.path.join(staging, IMPORTED_FILE), "w") as f:
             json.dump({"format": "marian", "source": os.fspath(source), "parameters": int(model.count_params())},
                       f, indent=2)
