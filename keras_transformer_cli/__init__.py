@@ -1,7 +1,7 @@
 """`keras-transformer`: train, use and study a Transformer translator from the shell.
 
     keras-transformer train [--corpus FILE | --corpus SOURCE_FILE TARGET_FILE] [--preset tiny|small|base|big] ...
-    keras-transformer translate --model DIR [--beam N] "texto" ...
+    keras-transformer translate --model DIR [--beam N] [--beam-search kept|pooled] [--max-new-tokens N] "texto" ...
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR [--format savedmodel|ctranslate2]
     keras-transformer serve --model DIR [--model NAME=DIR ...] [--host 127.0.0.1 --port 8080]
@@ -30,6 +30,7 @@ from keras_transformer_cli.arguments import add_attention_arguments
 from keras_transformer_cli.arguments import add_corpus_arguments
 from keras_transformer_cli.arguments import add_decoding_arguments
 from keras_transformer_cli.arguments import add_engine_argument
+from keras_transformer_cli.arguments import add_search_arguments
 from keras_transformer_cli.arguments import add_train_arguments
 from keras_transformer_cli.arguments import batch_size_value
 from keras_transformer_cli.arguments import BEAM_WIDTH
@@ -40,9 +41,12 @@ from keras_transformer_cli.arguments import KERAS_QUANTIZATIONS
 from keras_transformer_cli.arguments import NO_REPEAT_NGRAM
 from keras_transformer_cli.arguments import positive_int
 from keras_transformer_cli.arguments import QUANTIZE_HELP
+from keras_transformer_cli.arguments import SOURCE_LANGUAGE_HELP
 from keras_transformer_cli.arguments import TARGET_LANGUAGE_HELP
 from keras_transformer_cli.arguments import TRAIN_DESCRIPTION
+from keras_transformer_cli.arguments import TRANSLATE_DESCRIPTION
 from keras_transformer_cli import commands
+from keras_transformer_cli import search_flags
 from keras_transformer_cli import serve
 from keras_transformer_cli import startup
 from keras_transformer_cli.commands import ABLATE_SETTINGS
@@ -81,7 +85,8 @@ def build_parser():
                  TRAIN_DESCRIPTION)
     add_train_arguments(train)
 
-    translate = verb("translate", commands.translate, "translate text with a trained run (arguments, or stdin one line each)")
+    translate = verb("translate", commands.translate, "translate text with a trained run (arguments, or stdin one line each)",
+                     TRANSLATE_DESCRIPTION)
     translate.add_argument("--model", required=True, help="the --output folder of a training run")
     add_decoding_arguments(translate)
     translate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
@@ -97,6 +102,7 @@ def build_parser():
     translate.add_argument("--token-scores", action="store_true",
                            help="with --n-best or --format jsonl: each hypothesis' subword pieces and their "
                                 "log-probabilities too")
+    translate.add_argument("--source-language", metavar="CODE", help=SOURCE_LANGUAGE_HELP)
     translate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     add_attention_arguments(translate)
     add_engine_argument(translate)
@@ -114,6 +120,7 @@ def build_parser():
     add_decoding_arguments(evaluate)
     evaluate.add_argument("--limit", type=positive_int, help="score only the first N sentences (default: all)")
     add_engine_argument(evaluate)
+    evaluate.add_argument("--source-language", metavar="CODE", help=SOURCE_LANGUAGE_HELP)
     evaluate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)
     add_corpus_arguments(evaluate, from_run=True, languages=False)
@@ -122,10 +129,11 @@ def build_parser():
                   "write a TensorFlow SavedModel that maps strings to translations, or a CTranslate2 model")
     export.add_argument("--model", required=True, help="the --output folder of a training run")
     export.add_argument("--out", required=True, help="folder for the exported model")
-    export.add_argument("--format", choices=("savedmodel", "ctranslate2", "marian"), default="savedmodel",
+    export.add_argument("--format", choices=("savedmodel", "ctranslate2", "marian", "nllb"), default="savedmodel",
                         help="savedmodel (default): strings in, strings out, needs only tensorflow and "
                              "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine; "
-                             "marian: a Hugging Face MarianMTModel folder (docs/pretrained.md)")
+                             "marian: a Hugging Face MarianMTModel folder; nllb: an NLLB-200 run back as its "
+                             "Hugging Face folder (docs/pretrained.md)")
     export.add_argument("--force", action="store_true", help="replace --out if it holds files")
     export.add_argument("--max-new-tokens", type=positive_int,
                         help="savedmodel: longest translation (default: the model's max_length - 1)")
@@ -134,14 +142,17 @@ def build_parser():
                         help="ctranslate2: weight type on disk (default: float32; CTranslate2 can also "
                              "quantize when it loads the model)")
 
-    marian = verb("import", commands.import_model, "turn a Hugging Face Marian (OPUS-MT) model into a run folder")
-    marian.add_argument("source", help="a MarianMTModel folder, or a hub id (Helsinki-NLP/opus-mt-es-en) when online")
-    marian.add_argument("--output", required=True, help="the run folder to write; every verb takes it as --model")
-    marian.add_argument("--overwrite", action="store_true", help="replace --output if it holds files")
+    imports = verb("import", commands.import_model,
+                   "turn a Hugging Face Marian (OPUS-MT) or NLLB-200 model into a run folder")
+    imports.add_argument("source", help="a MarianMTModel or NLLB-200 folder, or a hub id (Helsinki-NLP/opus-mt-es-en, "
+                                        "facebook/nllb-200-distilled-600M) when online")
+    imports.add_argument("--output", required=True, help="the run folder to write; every verb takes it as --model")
+    imports.add_argument("--overwrite", action="store_true", help="replace --output if it holds files")
 
     serving = verb("serve", serve.serve, "serve translations over HTTP, batching concurrent requests",
                    serve.SERVE_DESCRIPTION)
     serve.add_arguments(serving, positive_int, batch_size_value, ENGINE_HELP, BEAM_WIDTH, NO_REPEAT_NGRAM)
+    add_search_arguments(serving)
 
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",
@@ -156,6 +167,18 @@ def build_parser():
         ablate.add_argument(f"--{key.replace('_', '-')}", type=positive_int, help=text)
     add_corpus_arguments(ablate, languages=False)
     return parser
+
+
+def _resolve_search(args, parser, verbose):
+    """The search flags left out take the run's defaults; a bad one exits in one line; `--verbose` says the search."""
+    from keras_transformer_runtime.errors import UserInputError
+
+    try:
+        search = search_flags.apply_search_defaults(args)
+    except UserInputError as error:
+        parser.exit(2, f"{PROG}: error: {error}\n")
+    if verbose:
+        print(f"{PROG}: {search.describe()}", file=sys.stderr, flush=True)
 
 
 def _in_a_job_of_several_processes():
@@ -184,6 +207,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     verbose = args.verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     args.start_keras = lambda: startup.start_keras(args, verbose)
+    if args.command in ("translate", "evaluate"):
+        _resolve_search(args, parser, verbose)
     if args.command == "translate":
         startup.check_translate_arguments(args, parser)
     if hasattr(args, "engine"):

@@ -11,6 +11,12 @@ import os
 import shutil
 import sys
 
+from keras_transformer_cli.engines import reads_attention as _alignments
+from keras_transformer_cli.engines import scored as _scored
+from keras_transformer_cli.engines import translator as _translator
+from keras_transformer_cli.search_flags import SEARCH_FLAGS
+from keras_transformer_cli.search_flags import apply_search_defaults
+
 
 def train(args, out):
     """`train`: `train_translator` on the flags' `TrainConfig`; prints the summary to `out`."""
@@ -60,66 +66,6 @@ def _keep_compiled_steps():
         use_compilation_cache(ProgramCache())
 
 
-def _translator(args):
-    """The translator of `--engine`: the cached compiled program, or the Keras model."""
-    if getattr(args, "engine", "keras") == "compiled":
-        try:
-            return _compiled_translator(args)
-        except OSError as error:  # a cache folder that cannot be written: still translate
-            from keras_transformer_runtime.program_cache import cache_directory
-
-            print(f"keras-transformer: warning: the program cache {cache_directory()} cannot be used "
-                  f"({type(error).__name__}: {error}); translating with the Keras model instead "
-                  "(KERAS_TRANSFORMER_CACHE_DIR moves the cache, KERAS_TRANSFORMER_CACHE=0 turns it off).",
-                  file=sys.stderr, flush=True)
-            args.start_keras()
-    from keras_transformer.errors import UserInputError
-    from keras_transformer.translation.translator import Translator
-    from keras_transformer_runtime.timings import phase
-
-    try:
-        with phase("load"):
-            return Translator.from_directory(args.model, beam_width=args.beam, no_repeat_ngram_size=args.no_repeat_ngram,
-                                             batch_size=args.batch_size, quantize=args.quantize,
-                                             beam_search=args.beam_search)
-    except (FileNotFoundError, ValueError) as error:
-        raise UserInputError(str(error))
-
-
-def _compiled_translator(args):
-    """A `CompiledTranslator` from the program cache; on a miss, Keras (on JAX) writes the program first."""
-    from keras_transformer_runtime.compiled_translator import load_compiled_translator
-    from keras_transformer_runtime.errors import UserInputError
-    from keras_transformer_runtime.program_cache import ProgramCache
-
-    def write(*arguments, **settings):
-        print("keras-transformer: compiling the model's decoding program into the cache "
-              "(once per model and setting; later calls start in about a second)", file=sys.stderr, flush=True)
-        args.start_keras()
-        from keras_transformer.translation.translation_program import write_translation_program
-
-        try:
-            write_translation_program(*arguments, **settings)
-        except (FileNotFoundError, ValueError) as error:
-            raise UserInputError(str(error))
-
-    log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
-    return load_compiled_translator(args.model, ProgramCache(), beam_width=args.beam,
-                                    no_repeat_ngram_size=args.no_repeat_ngram, batch_size=args.batch_size,
-                                    write=write, log=log, n_best=(args.n_best or 1) if _scored(args) else None,
-                                    cross_attention=_alignments(args))
-
-
-def _alignments(args):
-    """Whether `translate` reads the cross-attention: `--alignments` or `--attention-map`."""
-    return bool(getattr(args, "alignments", False) or getattr(args, "attention_map", None))
-
-
-def _scored(args):
-    """Whether `translate` gives n-best lists (`--n-best`, `--format jsonl`, or the attention's options)."""
-    return bool(getattr(args, "n_best", None) or getattr(args, "format", "text") == "jsonl" or _alignments(args))
-
-
 def translate(args, out):
     """`translate`: each argument (or stdin line, as it arrives) translated, one line each on `out`.
 
@@ -157,8 +103,9 @@ def translate(args, out):
             replaced += was_replaced
             texts.append(text)
         with phase("work"):
-            given = with_target_language([text for text in texts if text is not None], language_codes,
-                                         args.target_language)
+            given = [text for text in texts if text is not None]
+            given = given if language_codes is None else with_target_language(given, language_codes,
+                                                                              args.target_language)
             translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
                                                   alignment_layer=args.alignment_layer)
                                 if scored else translator(given))
@@ -236,6 +183,7 @@ def evaluate(args, out):
     from keras_transformer_runtime.target_language import with_target_language
     from keras_transformer_runtime.timings import phase
 
+    apply_search_defaults(args)
     # The run's own corpus and splits, unless a flag says otherwise.
     config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
     run_config = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}
@@ -248,7 +196,9 @@ def evaluate(args, out):
         else:
             pairs = corpus.read().require(args.split)[: args.limit]
     translator = _translator(args)
-    sources = with_target_language([pair.source for pair in pairs], _language_codes(translator), args.target_language)
+    sources = [pair.source for pair in pairs]
+    if _language_codes(translator) is not None:
+        sources = with_target_language(sources, _language_codes(translator), args.target_language)
     pairs = [dataclasses.replace(pair, source=source) for pair, source in zip(pairs, sources)]
     with phase("work"):
         result = evaluate_pairs(translator, pairs)
@@ -257,17 +207,25 @@ def evaluate(args, out):
           f"{result['loop_rate']:>8.1%}", file=out)
     print(result["bleu_signature"], file=out)
     quantized = f"-{args.quantize}" if args.quantize else ""
-    path = os.path.join(args.model,
-                        f"evaluation-{args.split}-beam{args.beam}-norepeat{args.no_repeat_ngram}{quantized}.json")
+    pooled = "-pooled" if args.beam_search == "pooled" and args.beam > 1 else ""
+    path = os.path.join(args.model, f"evaluation-{args.split}-beam{args.beam}{pooled}-norepeat{args.no_repeat_ngram}"
+                                    f"{quantized}.json")
+    search = {key: getattr(args, key) for key in SEARCH_FLAGS}
     with phase("write"), open(path, "w") as f:
-        json.dump({**result, "split": args.split, "beam": args.beam, "no_repeat_ngram": args.no_repeat_ngram},
-                  f, indent=2, ensure_ascii=False)
+        json.dump({**result, "split": args.split, **search}, f, indent=2, ensure_ascii=False)
     print(f"written to {path}", file=out)
 
 
 def _language_codes(translator):
-    """The target-language codes of a multi-target run's tokenizer; () for a run that writes one language."""
-    return tuple(getattr(getattr(translator, "tokenizer", None), "language_codes", ()))
+    """The target-language codes of a multi-target run's tokenizer; () for a run that writes one language.
+
+    An NLLB-200 run's languages are its tokenizer's own (`--source-language`,
+    `--target-language`), not tokens in the text: None, no text is changed.
+    """
+    tokenizer = getattr(translator, "tokenizer", None)
+    if hasattr(tokenizer, "forced_first_id"):
+        return None
+    return tuple(getattr(tokenizer, "language_codes", ()))
 
 
 def _split_pairs(corpus, split, limit):
@@ -300,6 +258,14 @@ def export(args, out):
     _check_export_folder(args)
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, out)
+    if args.format == "nllb":
+        from keras_transformer.checkpoints.nllb.export import export_nllb
+
+        config = export_nllb(args.model, args.out, force=args.force)
+        print(f"Hugging Face NLLB-200 folder written to {args.out} ({config['encoder_layers']}+"
+              f"{config['decoder_layers']} layers; M2M100ForConditionalGeneration.from_pretrained and "
+              "AutoTokenizer.from_pretrained load it)", file=out)
+        return
     if args.format == "marian":
         from keras_transformer.checkpoints.marian.export import export_marian
 
@@ -391,15 +357,17 @@ def importable(name):
 
 
 def import_model(args, out):
-    """`import`: a Hugging Face Marian model (folder or hub id) written as a run folder."""
-    from keras_transformer.checkpoints.marian import import_marian
+    """`import`: a Hugging Face Marian or NLLB-200 model (folder or hub id) written as a run folder."""
+    from keras_transformer.checkpoints.hub_import import FAMILIES
+    from keras_transformer.checkpoints.hub_import import import_hugging_face
     from keras_transformer_runtime.timings import phase
 
     with phase("work"):
-        checkpoint = import_marian(args.source, args.output, overwrite=args.overwrite)
+        family, checkpoint = import_hugging_face(args.source, args.output, overwrite=args.overwrite)
     a = checkpoint.architecture
-    print(f"imported {args.source}: Marian, {a.num_layers}+{a.num_decoder_layers} layers, d_model {a.d_model}, "
-          f"{a.vocabulary_size:,} tokens; translate with --model {args.output}", file=out)
+    languages = " --source-language CODE --target-language CODE" if family == "m2m_100" else ""
+    print(f"imported {args.source}: {FAMILIES[family]}, {a.num_layers}+{a.num_decoder_layers} layers, d_model "
+          f"{a.d_model}, {a.vocabulary_size:,} tokens; translate with --model {args.output}{languages}", file=out)
 
 
 def ablate(args, out):

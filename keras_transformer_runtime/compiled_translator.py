@@ -32,6 +32,7 @@ from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.run_tokenizer import vocabulary_files
+from keras_transformer_runtime.search_defaults import model_positions
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
 from keras_transformer_runtime.timings import phase
@@ -63,16 +64,22 @@ def engine_description():
 
 
 def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
-                 cross_attention=False):
+                 cross_attention=False, beam_search="kept", early_stopping=False):
     """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
+
+    The search's kind comes first, so an entry keeps the kept and the
+    pooled programs of one beam width side by side.
 
     Example:
 
     >>> program_file(4, 0.6, 3, 127), program_file(4, 0.6, 3, 127, n_best=2, cross_attention=True)
-    ('beam4-alpha0.6-norepeat3-new127.jaxexport', 'beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
+    ('kept-beam4-alpha0.6-norepeat3-new127.jaxexport', 'kept-beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
+    >>> program_file(4, 1.0, 0, 126, beam_search="pooled", early_stopping=True)
+    'pooled-early-beam4-alpha1.0-norepeat0-new126.jaxexport'
     """
     n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
-    return f"beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
+    kind = f"{beam_search}{'-early' if beam_search == 'pooled' and early_stopping else ''}"
+    return f"{kind}-beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
            f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
 
 
@@ -182,6 +189,8 @@ class CompiledTranslator(TextTranslator):
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}
         self._compiling = threading.Lock()
+        # An NLLB-200 run's program also takes the forced first token (`translation_program`).
+        self._forces_first = len(program.in_avals) == len(self._weights) + 2
 
     def _program_for(self, shape):
         compiled = self._compiled.get(shape)
@@ -193,11 +202,14 @@ class CompiledTranslator(TextTranslator):
 
                     with phase("compile"), lapack_setup_skipped(self.program):
                         source = jax.ShapeDtypeStruct(shape, np.int32)
-                        compiled = self._compiled[shape] = self._run.lower(self._weights, source).compile()
+                        forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
+                        compiled = self._run.lower(self._weights, source, *forced).compile()
+                        self._compiled[shape] = compiled
         return compiled
 
     def _outputs(self, source):
-        return self._program_for(source.shape)(self._weights, source)
+        forced = (np.int32(self.forced_first_id),) if self._forces_first else ()
+        return self._program_for(source.shape)(self._weights, source, *forced)
 
     def compile_batch_shapes(self):
         """Compiles the program for every batch shape a call can give it (`batch_shapes`), so none waits for XLA.
@@ -251,23 +263,31 @@ def _require_run_files(run_directory):
 
 def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=DEFAULT_LENGTH_PENALTY,
                              no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
-                             cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES):
+                             cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES,
+                             beam_search="kept", early_stopping=False, max_new_tokens=None, source_language=None,
+                             target_language=None):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         cache: a `ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size, batch_size: as `Translator`'s.
+        beam_width, length_penalty, no_repeat_ngram_size, batch_size, beam_search, early_stopping:
+            as `Translator`'s (`"pooled"`: transformers' beam search).
+        max_new_tokens: int, the longest translation in tokens; None: the
+            model's positions less one (read from the run's `config.json`).
         n_best, cross_attention: the program of an n-best list (and its
             cross-attention) instead of a plain translation's
             (`CompiledTranslator`).
         parallel_batches: as `CompiledTranslator`'s.
+        source_language, target_language: an NLLB-200 run's languages
+            (`spa_Latn`); one program serves every pair (`with_languages`).
         weights_of: None, or a `CompiledTranslator` of the same run whose
             weights (already on the device) the new one shares: a server
             holding several settings of one model keeps one copy.
         write: called as `write(run_directory, entry, cache, beam_width=...,
             length_penalty=..., no_repeat_ngram_size=..., n_best=...,
-            cross_attention=...)` when the entry
+            cross_attention=..., beam_search=..., early_stopping=...,
+            max_new_tokens=...)` when the entry
             lacks the weights or this setting's program: it writes them
             (`keras_transformer.translation.translation_program.write_translation_program`,
             which needs Keras on JAX). None: a miss returns None.
@@ -278,16 +298,25 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
 
     Raises:
         UserInputError: the folder holds no model or no vocabulary.
+
+    Example:
+
+    >>> from keras_transformer_runtime.program_cache import ProgramCache
+    >>> load_compiled_translator("runs/es-en", ProgramCache(), beam_search="pooled")  # doctest: +SKIP
     """
     log = log or (lambda line: None)
     _require_run_files(run_directory)
+    if max_new_tokens is None:  # named in the program's file: a writer in another process must write the same
+        positions = model_positions(run_directory)
+        max_new_tokens = positions - 1 if positions else None
     with phase("import"):
         use_compilation_cache(cache)
         engine = engine_description()
     with phase("load"):
         entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine))
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                       n_best=n_best, cross_attention=bool(n_best and cross_attention))
+                       n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
+                       early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
         loaded = _read_entry(cache, entry, **setting, read_weights=weights_of is None)
     if loaded is None:
         if write is None:
@@ -306,13 +335,15 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
             weights, tokenizer = weights_of._weights, weights_of.tokenizer
         else:
             tokenizer = load_run_tokenizer(run_directory)
+        if source_language is not None or target_language is not None:
+            tokenizer = tokenizer.with_languages(source_language, target_language)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"],
                                   parallel_batches=parallel_batches)
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
-                read_weights=True):
+                beam_search, early_stopping, max_new_tokens, read_weights=True):
     """`(program, weights, settings)` of an entry (weights None unless `read_weights`), or None if a part is missing."""
     from jax import export
 
@@ -320,7 +351,8 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
     if not settings or "max_length" not in settings:
         return None
     program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
-                                        settings["max_length"] - 1, n_best, cross_attention)
+                                        max_new_tokens or settings["max_length"] - 1, n_best, cross_attention,
+                                        beam_search, early_stopping)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))

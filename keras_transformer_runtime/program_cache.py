@@ -10,7 +10,8 @@ sentence is translated without importing Keras and without compiling.
 - **Off**: `KERAS_TRANSFORMER_CACHE=0` (or `translate --engine keras`).
 - **Bounded**: after each write, the least recently used files go until
   the folder holds at most `KERAS_TRANSFORMER_CACHE_MB` megabytes
-  (default 1024).
+  (default 1024), but never the entry being written: a model whose
+  weights alone are larger is kept until another entry is written.
 - **Never stale**: an entry's name is a hash of everything that shapes the
   program: the bytes of `model.keras` and `vocabulary.spm`, the source of
   this package and of `keras_transformer` (so an upgrade, or an edit of
@@ -158,9 +159,10 @@ class ProgramCache:
 
     >>> import tempfile
     >>> cache = ProgramCache(tempfile.mkdtemp(), limit_bytes=10)
-    >>> path = cache.write(cache.entry("abc") / "x.bin", b"0123456789abcdef")
-    >>> path.exists()  # over the limit: pruned at once, oldest first
-    False
+    >>> old = cache.write(cache.entry("old") / "x.bin", b"01234567")
+    >>> new = cache.write(cache.entry("new") / "x.bin", b"0123456789abcdef")
+    >>> old.exists(), new.exists()  # over the limit: the oldest go first, never the entry being written
+    (False, True)
     """
 
     def __init__(self, directory=None, limit_bytes=None):
@@ -196,7 +198,9 @@ class ProgramCache:
             if os.path.exists(temporary):
                 os.remove(temporary)
             raise
-        self.prune()
+        # The entry being written stays whole, even alone over the limit (a model's weights may be larger
+        # than the whole cache: NLLB-200-distilled-600M's are 2.4 GB): it is what the caller reads next.
+        self.prune(keep=path.parent if path.parent.parent == self.directory / "programs" else None)
         return path
 
     def touch(self, *paths):
@@ -223,13 +227,16 @@ class ProgramCache:
                 files.append((status.st_mtime, status.st_size, path))
         return files
 
-    def prune(self):
-        """Removes the least recently used files until the cache fits its limit."""
+    def prune(self, keep=None):
+        """Removes the least recently used files until the cache fits its limit, none of them under `keep`."""
         files = sorted(self._files())
         total = sum(size for _, size, _ in files)
+        keep = None if keep is None else os.path.join(os.fspath(keep), "")
         for _, size, path in files:
             if total <= self.limit_bytes:
                 break
+            if keep is not None and path.startswith(keep):
+                continue
             try:
                 os.remove(path)
                 total -= size

@@ -1,4 +1,4 @@
-"""A run folder's tokenizer: the one SentencePiece vocabulary of a run trained here, or Marian's files.
+"""A run folder's tokenizer: the one SentencePiece vocabulary of a run trained here, Marian's files, or NLLB's.
 
 A run trained here holds `vocabulary.spm`; a run imported from a Hugging
 Face Marian model holds Marian's two SentencePiece models and its id table
@@ -9,12 +9,28 @@ run's tokenizer asks here.
 import json
 import os
 
-from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.run_files import MARIAN_VOCABULARY_FILES
 from keras_transformer_runtime.run_files import SOURCE_VOCABULARY_FILE
 from keras_transformer_runtime.run_files import TARGET_ID_TABLE_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
+
+
+# An imported NLLB-200 / M2M-100 run: transformers' tokenizer.json, and the model's Hugging Face config.
+NLLB_TOKENIZER_FILE = "tokenizer.json"
+NLLB_CONFIG_FILE = "nllb_config.json"
+
+
+def is_nllb_run(run_directory):
+    """Whether a run folder was imported from NLLB-200 or M2M-100 (`tokenizer.json` beside `nllb_config.json`).
+
+    Example:
+
+    >>> import tempfile
+    >>> is_nllb_run(tempfile.mkdtemp())
+    False
+    """
+    return all(os.path.isfile(os.path.join(run_directory, name)) for name in (NLLB_TOKENIZER_FILE, NLLB_CONFIG_FILE))
 
 
 def is_marian_run(run_directory):
@@ -48,20 +64,6 @@ def has_target_vocabulary_of_its_own(run_directory):
         return False
 
 
-def refuse_a_target_vocabulary_of_its_own(run_directory, what):
-    """Raises `UserInputError` for a run whose target has its own table, which `what` cannot take yet.
-
-    Example:
-
-    >>> import tempfile
-    >>> refuse_a_target_vocabulary_of_its_own(tempfile.mkdtemp(), "export --format marian")
-    """
-    if has_target_vocabulary_of_its_own(run_directory):
-        raise UserInputError(f"{run_directory}: its target has a vocabulary of its own (separate_vocabs, "
-                             f"{TARGET_ID_TABLE_FILE}), which {what} does not take yet; translate, evaluate and "
-                             "serve do.")
-
-
 def vocabulary_files(run_directory):
     """The names of the files that define a run's tokenizer.
 
@@ -71,17 +73,21 @@ def vocabulary_files(run_directory):
     >>> vocabulary_files(tempfile.mkdtemp())
     ('vocabulary.spm',)
     """
+    if is_nllb_run(run_directory):
+        return (NLLB_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, NLLB_CONFIG_FILE)
     if not is_marian_run(run_directory):
         return (VOCABULARY_FILE,)
     separate = has_target_vocabulary_of_its_own(run_directory)
     return (*MARIAN_VOCABULARY_FILES, *((TARGET_ID_TABLE_FILE,) if separate else ()))
 
 
-def load_run_tokenizer(run_directory):
+def load_run_tokenizer(run_directory, source_language=None, target_language=None):
     """The tokenizer of a run folder: `SentencePieceTokenizer`, or `MarianTokenizer` for an imported Marian run.
 
     Args:
         run_directory: a run folder.
+        source_language, target_language: the languages of an NLLB-200
+            run (`NllbTokenizer.with_languages`); others take theirs from the text.
 
     Returns:
         A tokenizer with `tokenize`, `detokenize`, `vocabulary_size`, `get_vocabulary`.
@@ -98,6 +104,12 @@ def load_run_tokenizer(run_directory):
     ...
     FileNotFoundError: ...
     """
+    if is_nllb_run(run_directory):
+        from keras_transformer_runtime.marian_tokenizer import read_json_object
+        from keras_transformer_runtime.nllb_tokenizer import NllbTokenizer
+
+        config = read_json_object(os.path.join(run_directory, NLLB_CONFIG_FILE), "an imported NLLB run holds it.")
+        return NllbTokenizer(run_directory, config.get("vocab_size"), source_language, target_language)
     if is_marian_run(run_directory):
         from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
 

@@ -286,6 +286,23 @@ class TextTranslator:
             translations.append(Translation(text, tuple(hypotheses), source_tokens, before + after))
         return translations[0] if single else translations
 
+    @property
+    def forced_first_id(self):
+        """The token every translation starts with (an NLLB-200 tokenizer's target language), or None."""
+        return getattr(self.tokenizer, "forced_first_id", None)
+
+    def with_languages(self, source_language, target_language):
+        """A copy translating between two of an NLLB-200 run's languages; it shares the model and its programs.
+
+        Raises:
+            UserInputError: the tokenizer has no such languages (close codes named).
+        """
+        import copy
+
+        copied = copy.copy(self)
+        copied.tokenizer = self.tokenizer.with_languages(source_language, target_language)
+        return copied
+
     def decoder_layer_count(self):
         """How many decoder layers the model has (the layers `alignment_layer` counts)."""
         raise NotImplementedError(f"{type(self).__name__} does not give cross-attention.")

@@ -21,6 +21,7 @@ from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
 from tests.conftest import to_numpy
 from tests.marian_fixtures import generate_translations
+from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
 from tests.marian_fixtures import imported, reference  # noqa: F401 (fixtures)
 
@@ -145,6 +146,22 @@ def test_a_pytorch_bin_checkpoint_imports_to_the_same_weights(marian_folder, imp
 
 @pytest.mark.end_to_end
 @pytest.mark.backend_independent
+def test_an_imported_run_exported_to_marian_gives_the_originals_ids_and_translations(marian_folder, reference,
+                                                                                  tmp_path):
+    from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
+
+    run, out = tmp_path / "opus", tmp_path / "marian"
+    assert main(["import", marian_folder, "--output", str(run)]) == 0
+    assert main(["export", "--model", str(run), "--out", str(out), "--format", "marian"]) == 0
+    exported = load_reference(str(out))
+    # The export's ids are this package's; its specials too (tokenizer_config.json's added tokens).
+    rows = [MarianTokenizer(run).marian_ids[row].tolist() for row in exported[1](SENTENCES)["input_ids"]]
+    assert rows == reference[1](SENTENCES)["input_ids"]
+    assert generate_translations(exported, SENTENCES, 20) == generate_translations(reference, SENTENCES, 20)
+
+
+@pytest.mark.end_to_end
+@pytest.mark.backend_independent
 def test_import_writes_a_run_folder_that_translate_takes(marian_folder, imported, tmp_path, capsys):
     run = tmp_path / "runs" / "opus"
     assert main(["import", marian_folder, "--output", str(run)]) == 0
@@ -192,7 +209,7 @@ BAD_FOLDERS = {
     "no weights": (lambda f: os.remove(f / "model.safetensors"), "holds neither model.safetensors"),
     "no target.spm": (lambda f: os.remove(f / "target.spm"), "target.spm: missing"),
     "no vocab.json": (lambda f: os.remove(f / "vocab.json"), "vocab.json: missing"),
-    "a BART config": (lambda f: _edit_config(f, model_type="bart"), "model_type 'bart' is not a Marian model"),
+    "a BART config": (lambda f: _edit_config(f, model_type="bart"), "model_type 'bart' is not one this package imports"),
     "pre-LN (normalize_before)": (lambda f: _edit_config(f, normalize_before=True), "normalize_before=True"),
     "an activation the layers lack": (lambda f: _edit_config(f, activation_function="gelu_new"),
                                       "activation_function='gelu_new'"),
@@ -280,17 +297,16 @@ def test_translate_with_pooled_beams_prints_what_generate_gives(marian_folder, r
     run = tmp_path / "opus"
     assert main(["import", marian_folder, "--output", str(run)]) == 0
     capsys.readouterr()
-    max_new_tokens = 127  # the run's default: max_position_embeddings - 1
-    assert main(["translate", "--model", str(run), "--beam-search", "pooled", "--no-repeat-ngram", "0",
-                 *SENTENCES[:3]]) == 0
+    assert main(["translate", "--model", str(run), *SENTENCES[:3]]) == 0  # generate()'s search, by default
     printed = capsys.readouterr().out.splitlines()
     their_model, their_tokenizer = reference
     batch = their_tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
     with torch.no_grad():
-        generated = their_model.generate(**batch, num_beams=4, max_length=max_new_tokens + 2)
+        generated = their_model.generate(**batch)  # its generation_config.json: 4 beams, max_length 128
     assert printed == their_tokenizer.batch_decode(generated, skip_special_tokens=True)
-    with pytest.raises(SystemExit):
-        main(["translate", "--model", str(run), "--beam-search", "pooled", "--n-best", "2", "x"])
+    assert main(["translate", "--model", str(run), "--n-best", "2", SENTENCES[0]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].split(" ||| ")[1] == printed[0]
 
 
 @pytest.mark.end_to_end

@@ -330,7 +330,7 @@ def test_the_openapi_description_covers_every_route_and_field():
     assert set(document["paths"]) == routes
     translate = document["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(translate["properties"]) == {"model", "text", "beam", "n_best", "alignments", "attention_weights",
-                                            "token_scores", "target_language"}
+                                            "token_scores", "target_language", "source_language"}
 
 
 def _json_values():

@@ -243,9 +243,10 @@ class ParallelCorpus:
                     f"the Bible corpus keeps its own splits (train/dev/test/heldout): {', '.join(given)} "
                     "applies to your own corpus only."
                 )
-            if (self.source_language or "es", self.target_language or "en") != ("es", "en"):
-                raise UserInputError("the Bible corpus is Spanish (es) -> English (en); leave out "
-                                     "--source-language and --target-language, or pass your own --corpus.")
+            # An NLLB-200 run names them by its codes (spa_Latn, eng_Latn).
+            if (_language(self.source_language or "es"), _language(self.target_language or "en")) != ("es", "en"):
+                raise UserInputError("the Bible corpus is Spanish (es, spa_Latn) -> English (en, eng_Latn); leave "
+                                     "out --source-language and --target-language, or pass your own --corpus.")
             return format_
         if self.header and format_ == "aligned":
             raise UserInputError("--header is for a TSV corpus; aligned text files have no header line.")
@@ -340,3 +341,8 @@ class ParallelCorpus:
 
 
 __all__ = ["CorpusSplits", "ParallelCorpus", "split_for_text"]
+
+
+def _language(name):
+    """ISO 639-1 for Spanish and English whichever way they are named (es, spa, spa_Latn); other names as given."""
+    return {"spa": "es", "eng": "en"}.get(name.split("_")[0], name)

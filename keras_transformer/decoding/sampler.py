@@ -13,7 +13,6 @@ A decoder is any object with `start(encoder_tokens) -> state`,
 (`CachedDecoder`, `UncachedDecoder`).
 """
 
-import functools
 import weakref
 
 import keras
@@ -33,19 +32,48 @@ def forbidden_token_ids(decoder):
     """The tokens `decoder` may never emit: padding, and the token its targets start with.
 
     A model imported from Marian starts from its padding token, so its
-    `START_ID` is an ordinary piece it may emit.
+    `START_ID` is an ordinary piece it may emit; one imported from NLLB-200
+    or M2M-100 starts from `END_ID`, which it must still be able to emit.
 
     Example:
 
     >>> forbidden_token_ids(object())  # a decoder that names no start: START_ID
     (0, 2)
     """
-    return tuple(sorted({PAD_ID, decoder_start_id(decoder)}))
+    start = decoder_start_id(decoder)
+    return tuple(sorted({PAD_ID} | ({start} if start != END_ID else set())))
 
 
 def decoder_start_id(decoder):
     """The token `decoder`'s targets start with (its `start_id`, else `START_ID`)."""
     return getattr(decoder, "start_id", START_ID)
+
+
+def force_first_token(logits, index, token):
+    """`logits` that give `token` log-probability 0 and every other token `-inf` at step 0; unchanged later.
+
+    As transformers' `ForcedBOSTokenLogitsProcessor`: the forced token adds
+    nothing to a hypothesis' score but counts in its length. NLLB-200 and
+    M2M-100 write the target language's token there (`forced_bos_token_id`).
+
+    Args:
+        logits: float `(rows, vocabulary)`, for the token at column `index`.
+        index: int scalar tensor, the column being chosen.
+        token: int, or int32 scalar tensor, the forced token.
+
+    Returns:
+        The logits, forced at step 0.
+
+    Example:
+
+    >>> forced = force_first_token(keras.ops.ones((1, 4)), 0, 2)
+    >>> keras.ops.convert_to_numpy(forced).tolist()
+    [[-inf, -inf, 0.0, -inf]]
+    """
+    vocabulary = ops.arange(logits.shape[-1], dtype="int32")
+    only = ops.where(ops.equal(vocabulary, ops.convert_to_tensor(token, "int32")), 0.0, float("-inf"))
+    first = ops.equal(ops.convert_to_tensor(index, "int32"), 0)
+    return ops.where(first, ops.cast(only, logits.dtype)[None, :], logits)
 
 
 def compile_function(function, variables=None):
@@ -193,13 +221,14 @@ def block_repeated_ngrams(logits, generated, index, size):
 
 
 def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
-                   return_cross_attention=False, grow_caches=None):
+                   return_cross_attention=False, grow_caches=None, forced_first=None):
     """The decoding loop on tensors: what `run_search` runs, and the export traces.
 
     Args:
         decoder: a `CachedDecoder` (or an object with its interface).
         encoder_tokens: int tensor `(batch, source_length)`, padded with 0.
-        choice: `GreedyChoice()` or a `BeamChoice`.
+        choice: `GreedyChoice()`, a `BeamChoice`, or another choice
+            (`n_best.NBestChoice`, `pooled_beam.PooledBeamChoice`).
         max_new_tokens: int, the most tokens to generate.
         stop_at_end: stop a row at `END_ID` (then it is padded with 0), and
             the loop when every row has stopped; False generates exactly
@@ -217,6 +246,10 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
             2-core CPU; benchmarks/results/cpu-greedy-cache-phases) but
             compiles about 1.5x longer: the compiled engine, whose compiled
             code is kept, asks for it; training's dev BLEU does not.
+        forced_first: int32 scalar tensor (or int), the token every row's
+            first step must write (`force_first_token`), an input of the
+            loop so that one compiled loop serves every target language;
+            None: the model chooses.
 
     Returns:
         `(generated, steps)`: int32 `(batch, max_new_tokens)`, of which the
@@ -247,6 +280,7 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         decoder_state = decoder.start(encoder_tokens, **recording)
     columns = ops.arange(max_new_tokens, dtype="int32")
     forbidden = forbidden_token_ids(decoder)
+    pools_row_values = getattr(choice, "pools_row_values", False)
 
     def keep_going_until(end):
         def keep_going(index, tokens, finished, generated, decoder_state, choice_state):
@@ -260,9 +294,13 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
     def step(index, tokens, finished, generated, decoder_state, choice_state):
         logits, decoder_state = decoder.next_logits(tokens, index, decoder_state)
         logits = mask_forbidden_tokens(logits, forbidden)
+        if forced_first is not None:
+            logits = force_first_token(logits, index, forced_first)
         if no_repeat_ngram_size:
             logits = block_repeated_ngrams(logits, generated, index, no_repeat_ngram_size)
-        next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state)
+        # A pooled beam copies the rows' recorded cross-attention into its pool of finished hypotheses.
+        pooled = {"row_values": getattr(decoder_state, "cross_attention", ())} if pools_row_values else {}
+        next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state, **pooled)
         if parents is not None:
             generated = ops.take(generated, parents, axis=0)
             finished = ops.take(finished, parents, axis=0)
@@ -279,7 +317,8 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         ops.zeros((rows,), "bool"),
         ops.zeros((rows, max_new_tokens), "int32"),
         decoder_state,
-        choice.initial_state(rows),
+        choice.initial_state(rows, getattr(decoder_state, "cross_attention", ())) if pools_row_values
+        else choice.initial_state(rows),
     )
     # One loop per cache length: a loop's shapes are fixed, so the caches
     # grow between loops, and a loop whose rows have all finished runs no step.
@@ -321,7 +360,7 @@ def cache_phases(max_new_tokens):
 
 
 # The compiled loops of each decoder, by (choice, max_new_tokens, stop_at_end,
-# no_repeat_ngram_size, return_cross_attention);
+# no_repeat_ngram_size, return_cross_attention, whether a first token is forced);
 # jax.jit and tf.function retrace them per batch size and source length.
 _compiled_loops = weakref.WeakKeyDictionary()
 
@@ -343,28 +382,34 @@ def compiles_loop(decoder):
 
 
 def search_loop(decoder, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
-                return_cross_attention=False):
+                return_cross_attention=False, forces_first=False):
     """`search_tensors` for `decoder` and these settings, compiled (and kept) where `compiles_loop`.
 
+    Args:
+        forces_first: the loop takes the forced first token as its second
+            argument (`loop_inputs`); the rest as `search_tensors`.
+
     Returns:
-        A function of the int32 encoder tokens, returning what
+        A function of the int32 encoder tokens (and, with `forces_first`,
+        of that token as an int32 scalar tensor), returning what
         `search_tensors` returns.
     """
-    run = functools.partial(
-        search_tensors, decoder, choice=choice, max_new_tokens=max_new_tokens, stop_at_end=stop_at_end,
-        no_repeat_ngram_size=no_repeat_ngram_size, return_cross_attention=return_cross_attention,
-    )
+    def run(encoder_tokens, forced_first=None):
+        return search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=max_new_tokens,
+                              stop_at_end=stop_at_end, no_repeat_ngram_size=no_repeat_ngram_size,
+                              return_cross_attention=return_cross_attention, forced_first=forced_first)
+
     if not compiles_loop(decoder):
         return run
     loops = _compiled_loops.setdefault(decoder, {})
-    key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size, return_cross_attention)
+    key = (choice, max_new_tokens, stop_at_end, no_repeat_ngram_size, return_cross_attention, bool(forces_first))
     if key not in loops:
         loops[key] = compile_function(run, variables=decoder.model.variables)
     return loops[key]
 
 
 def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True, no_repeat_ngram_size=0,
-               return_cross_attention=False):
+               return_cross_attention=False, forced_first_id=None):
     """Runs the decoding loop on a batch and copies the tokens to the host once.
 
     The loop is compiled (once per decoder and setting, then reused) when
@@ -375,6 +420,8 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     Args:
         decoder, choice, max_new_tokens, stop_at_end, no_repeat_ngram_size, return_cross_attention:
             as `search_tensors`.
+        forced_first_id: int or None, the token every target's first step
+            writes (`force_first_token`).
         encoder_tokens: int `(batch, source_length)`, padded with 0.
 
     Returns:
@@ -395,10 +442,22 @@ def run_search(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=True
     (1, 4)
     """
     loop = search_loop(decoder, choice, max_new_tokens, stop_at_end, int(no_repeat_ngram_size),
-                       bool(return_cross_attention))
-    generated, steps, *weights = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+                       bool(return_cross_attention), forces_first=forced_first_id is not None)
+    generated, steps, *weights = loop(*loop_inputs(encoder_tokens, forced_first_id))
     steps = int(ops.convert_to_numpy(steps))
     tokens = ops.convert_to_numpy(generated)[:, :steps]
     if return_cross_attention:
         return tokens, ops.convert_to_numpy(weights[0])[:, :, :steps]
     return tokens
+
+
+def loop_inputs(encoder_tokens, forced_first_id=None):
+    """The arguments of a `search_loop` loop: the int32 tokens, and the forced first token where there is one.
+
+    Example:
+
+    >>> len(loop_inputs(np.array([[5, 6]]))), len(loop_inputs(np.array([[5, 6]]), 9))
+    (1, 2)
+    """
+    tokens = ops.convert_to_tensor(encoder_tokens, "int32")
+    return (tokens,) if forced_first_id is None else (tokens, ops.convert_to_tensor(int(forced_first_id), "int32"))

@@ -11,6 +11,7 @@ from keras_transformer.decoding.pooled_beam import PooledBeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBest
 from keras_transformer.decoding.n_best import NBestChoice
+from keras_transformer.decoding.sampler import loop_inputs
 from keras_transformer.decoding.sampler import run_search
 from keras_transformer.decoding.sampler import search_loop
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
@@ -25,7 +26,7 @@ def _checked(owner, decoder, encoder_tokens, max_new_tokens):
 
 
 def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True, no_repeat_ngram_size=0,
-                  return_cross_attention=False):
+                  return_cross_attention=False, forced_first_id=None):
     """Greedy decoding on the KV cache, batched, in one loop on the device.
 
     The tokens are copied to the host once, at the end. With a decoder
@@ -45,6 +46,9 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
             of this many tokens (a guard against loops). Defaults to 0, off.
         return_cross_attention: bool, also return the cross-attention
             weights that chose each token (a `CachedDecoder` only).
+        forced_first_id: int or None, the token every target's first step
+            writes with log-probability 0 (NLLB-200's target language:
+            transformers' `forced_bos_token_id`). The other searches take it too.
 
     Returns:
         int NumPy `(batch, steps)` of generated tokens, without the start
@@ -74,11 +78,11 @@ def greedy_search(decoder, encoder_tokens, max_new_tokens=None, stop_at_end=True
     encoder_tokens, max_new_tokens = _checked("greedy_search", decoder, encoder_tokens, max_new_tokens)
     check_int("greedy_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     return run_search(decoder, encoder_tokens, GreedyChoice(), max_new_tokens, stop_at_end, no_repeat_ngram_size,
-                      return_cross_attention)
+                      return_cross_attention, forced_first_id)
 
 
 def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_new_tokens=None,
-                no_repeat_ngram_size=0, return_cross_attention=False):
+                no_repeat_ngram_size=0, return_cross_attention=False, forced_first_id=None):
     """Beam search on the KV cache, batched, with a length penalty.
 
     The same loop as `greedy_search`, with a `BeamChoice`: `beam_width`
@@ -122,11 +126,12 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
     encoder_tokens, max_new_tokens = _checked("beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
     return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
-                      return_cross_attention=return_cross_attention)
+                      return_cross_attention=return_cross_attention, forced_first_id=forced_first_id)
 
 
 def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0, max_new_tokens=None,
-                       early_stopping=False, no_repeat_ngram_size=0):
+                       early_stopping=False, no_repeat_ngram_size=0, return_cross_attention=False,
+                       forced_first_id=None):
     """Beam search with finished hypotheses set aside, as `transformers`' `generate(num_beams=...)`.
 
     `pooled_beam.PooledBeamChoice` in the same loop: `beam_width` open
@@ -143,9 +148,12 @@ def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0
         max_new_tokens: as in `greedy_search`.
         early_stopping: bool, stop a source once `beam_width` hypotheses finished.
         no_repeat_ngram_size: as in `greedy_search`.
+        return_cross_attention: as in `greedy_search`: the weights of each
+            source's chosen hypothesis, copied when it was pooled.
 
     Returns:
-        int NumPy `(batch, steps)`, as `greedy_search`.
+        int NumPy `(batch, steps)`, as `greedy_search` (with the weights
+        when asked).
 
     Example:
 
@@ -163,31 +171,41 @@ def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0
     encoder_tokens, max_new_tokens = _checked("pooled_beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = PooledBeamChoice(width=beam_width, length_penalty=float(length_penalty),
                               early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
-    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size)
+    return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
+                      return_cross_attention=return_cross_attention, forced_first_id=forced_first_id)
 
 
-def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, max_new_tokens=None,
-                  no_repeat_ngram_size=0, return_cross_attention=False):
+def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=None, max_new_tokens=None,
+                  no_repeat_ngram_size=0, return_cross_attention=False, beam_search="kept", early_stopping=False,
+                  forced_first_id=None):
     """The `n` best hypotheses of each source, with their scores, from beam search on the KV cache.
 
-    The same loop as `beam_search`, with an `NBestChoice`; the first
-    hypothesis of each source is `beam_search`'s output.
+    The same loop as `beam_search` (with an `NBestChoice`) or as
+    `pooled_beam_search` (`beam_search="pooled"`: a `PooledBeamChoice`
+    with `n`, the `n` best of its pool); the first hypothesis of each
+    source is that search's output.
 
     Args:
         decoder: a `CachedDecoder`.
         encoder_tokens: int `(batch, source_length)`, padded with 0.
         n: int in `[1, beam_width]`, hypotheses per source.
-        beam_width, length_penalty, max_new_tokens, no_repeat_ngram_size:
-            as `beam_search`.
+        beam_width, max_new_tokens, no_repeat_ngram_size: as `beam_search`.
+        length_penalty: float alpha. Defaults to 0.6 for `"kept"` and 1.0
+            (`generate`'s) for `"pooled"`.
         return_cross_attention: bool, fill `NBest.cross_attention` (as
             `greedy_search`'s, for each hypothesis).
+        beam_search: `"kept"` (the default; `normalized_scores` are
+            `score / ((5 + length) / 6) ** length_penalty`) or `"pooled"`
+            (`score / length ** length_penalty`).
+        early_stopping: bool, with `"pooled"`: as `pooled_beam_search`'s.
 
     Returns:
-        An `NBest` of NumPy arrays.
+        An `NBest` of NumPy arrays. A pooled search whose pool holds fewer
+        than `n` hypotheses scores the missing ones `-inf`.
 
     Raises:
         TypeError, ValueError: as `beam_search`, and for an `n` that is not
-            an int in `[1, beam_width]`.
+            an int in `[1, beam_width]` or an unknown `beam_search`.
 
     Example:
 
@@ -202,18 +220,28 @@ def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=0.6, 
     ((2, 3), (2, 3))
     >>> bool((best.tokens[:, 0] == beam_search(decoder, source, beam_width=3, max_new_tokens=5)).all())
     True
+    >>> pooled = n_best_search(decoder, source, n=2, beam_width=3, max_new_tokens=5, beam_search="pooled")
+    >>> bool((pooled.tokens[:, 0] == pooled_beam_search(decoder, source, beam_width=3, max_new_tokens=5)).all())
+    True
     """
     check_int("n_best_search", "beam_width", beam_width, 1)
     check_int("n_best_search", "n", n, 1)
     check_int("n_best_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     if n > beam_width:
         raise ValueError(f"n_best_search keeps beam_width={beam_width} hypotheses per source: n={n} is more.")
+    if beam_search not in ("kept", "pooled"):
+        raise ValueError(f'beam_search must be "kept" or "pooled", got beam_search={beam_search!r}.')
     encoder_tokens, max_new_tokens = _checked("n_best_search", decoder, encoder_tokens, max_new_tokens)
-    choice = NBestChoice(width=beam_width, length_penalty=float(length_penalty), n=int(n),
-                         max_new_tokens=max_new_tokens)
+    if beam_search == "pooled":
+        choice = PooledBeamChoice(width=beam_width, length_penalty=float(1.0 if length_penalty is None else
+                                                                          length_penalty),
+                                  early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens, n=int(n))
+    else:
+        choice = NBestChoice(width=beam_width, length_penalty=float(0.6 if length_penalty is None else length_penalty),
+                             n=int(n), max_new_tokens=max_new_tokens)
     loop = search_loop(decoder, choice, max_new_tokens, no_repeat_ngram_size=int(no_repeat_ngram_size),
-                       return_cross_attention=bool(return_cross_attention))
-    (tokens, scores, normalized, token_scores), steps, *weights = loop(ops.convert_to_tensor(encoder_tokens, "int32"))
+                       return_cross_attention=bool(return_cross_attention), forces_first=forced_first_id is not None)
+    (tokens, scores, normalized, token_scores), steps, *weights = loop(*loop_inputs(encoder_tokens, forced_first_id))
     steps = int(ops.convert_to_numpy(steps))
     return NBest(
         ops.convert_to_numpy(tokens)[:, :, :steps], ops.convert_to_numpy(scores),

@@ -57,7 +57,7 @@ class PositionalEmbedding(keras.layers.Layer):
         sinusoid_layout: `"interleaved"` (default, the paper's: sine and
             cosine of each frequency side by side) or `"halves"` (all sines,
             then all cosines, as Marian and Hugging Face's OPUS-MT models
-            have them); see `sinusoidal_encoding`.
+            have them) or `"fairseq"` (M2M-100's and NLLB-200's); see `sinusoidal_encoding`.
         merge: `"add"` (default) or `"concat"`.
         position_dim: int, width of the position part when
             `merge="concat"`. Required then, unused otherwise.

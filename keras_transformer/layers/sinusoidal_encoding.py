@@ -3,7 +3,9 @@
 import numpy as np
 
 # How the sines and cosines are laid out along the features.
-LAYOUTS = ("interleaved", "halves")
+LAYOUTS = ("interleaved", "halves", "fairseq")
+# fairseq counts positions from its padding id + 1: the first token takes row 2.
+FAIRSEQ_POSITION_OFFSET = 2
 
 
 def sinusoidal_encoding(length, depth, layout="interleaved"):
@@ -21,10 +23,17 @@ def sinusoidal_encoding(length, depth, layout="interleaved"):
     then all the cosines. It is a permutation of the features: P_halves[:, i]
     = P[:, 2i] for the first half, P_halves[:, half + i] = P[:, 2i + 1].
 
+    With `layout="fairseq"` the table is fairseq's (and so M2M-100's and
+    NLLB-200's on Hugging Face): sines then cosines, at the frequencies
+    10000^(-i / (half - 1)) rather than 10000^(-i / half), and position
+    `pos` takes fairseq's row `pos + FAIRSEQ_POSITION_OFFSET` (fairseq
+    counts positions from its padding id, 1, plus one). An odd `depth`
+    gets a last feature of zeros, as there.
+
     Args:
         length: int, number of positions.
         depth: int, number of features per position.
-        layout: `"interleaved"` (default, the paper's) or `"halves"`.
+        layout: `"interleaved"` (default, the paper's), `"halves"` or `"fairseq"`.
 
     Returns:
         A float32 NumPy array of shape `(length, depth)`.
@@ -39,6 +48,8 @@ def sinusoidal_encoding(length, depth, layout="interleaved"):
     >>> halves = sinusoidal_encoding(4, 6, layout="halves")
     >>> bool((halves[:, 3] == table[:, 1]).all())  # the first cosine
     True
+    >>> round(float(sinusoidal_encoding(1, 6, layout="fairseq")[0, 1]), 6)  # sin(2 * 10000 ** -0.5)
+    0.019999
     """
     if length < 0 or depth < 1:
         raise ValueError(
@@ -47,6 +58,8 @@ def sinusoidal_encoding(length, depth, layout="interleaved"):
         )
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got layout={layout!r}.")
+    if layout == "fairseq":
+        return _fairseq_table(length, depth)
     positions = np.arange(length, dtype=np.float64)[:, None]
     even_features = np.arange(0, depth, 2, dtype=np.float64)
     angles = positions / np.power(10000.0, even_features / depth)[None, :]
@@ -55,4 +68,12 @@ def sinusoidal_encoding(length, depth, layout="interleaved"):
     table[:, 1::2] = np.cos(angles[:, : depth // 2])
     if layout == "halves":
         table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
+    return table.astype(np.float32)
+
+
+def _fairseq_table(length, depth):
+    half = depth // 2
+    frequencies = np.exp(np.arange(half, dtype=np.float64) * -(np.log(10000.0) / max(half - 1, 1)))
+    angles = (np.arange(length, dtype=np.float64) + FAIRSEQ_POSITION_OFFSET)[:, None] * frequencies[None, :]
+    table = np.concatenate([np.sin(angles), np.cos(angles), np.zeros((length, depth % 2))], axis=1)
     return table.astype(np.float32)

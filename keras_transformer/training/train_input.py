@@ -42,6 +42,8 @@ from keras_transformer.training.train_config import tensorflow_imports
 from keras_transformer.training.vocabulary_coverage import check_vocabulary_covers
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 from keras_transformer_runtime.run_tokenizer import is_marian_run
+from keras_transformer_runtime.run_tokenizer import is_nllb_run
+from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.special_tokens import START_ID
 
 
@@ -159,6 +161,9 @@ class TrainInput:
     A `vocabulary_from` run imported from Marian (`checkpoints.marian`)
     keeps its two SentencePiece models and id table, and its batches come
     from the python pipeline (`MarianTokenizer`); it does not stream yet.
+    One imported from NLLB-200 keeps its `tokenizer.json`, and `languages`
+    (`(source, target)` codes, both needed) put its language tokens where
+    NLLB's tokenizer puts them.
 
     Example:
 
@@ -182,11 +187,17 @@ class TrainInput:
     vocabulary_from: str = None
     placement: distribute.Placement = dataclasses.field(default_factory=distribute.Placement)
     decoder_start_id: int = START_ID
+    languages: tuple = (None, None)
 
     @property
     def marian(self):
         """Whether the vocabulary is an imported Marian run's (two SentencePiece models, one id table)."""
         return self.vocabulary_from is not None and is_marian_run(self.vocabulary_from)
+
+    @property
+    def nllb(self):
+        """Whether the vocabulary is an imported NLLB-200 run's (`tokenizer.json`, language tokens)."""
+        return self.vocabulary_from is not None and is_nllb_run(self.vocabulary_from)
 
     def read_corpus(self, log=print):
         """Reads (or, streamed, scans) the corpus; nothing is written.
@@ -206,8 +217,10 @@ class TrainInput:
         """
         from keras_transformer.data import corpus_scan
 
-        if self.stream and self.marian:
-            raise UserInputError(f"--stream: fine-tuning the Marian model of --from {self.vocabulary_from!r} reads "
+        if self.nllb:  # both languages, checked before anything is read or written
+            load_run_tokenizer(self.vocabulary_from, *self.languages).check_languages()
+        if self.stream and (self.marian or self.nllb):
+            raise UserInputError(f"--stream: fine-tuning the imported model of --from {self.vocabulary_from!r} reads "
                                  "its corpus in memory; leave --stream out.")
         if self.stream:
             scan = corpus_scan.scan_corpus(self.corpus, self.vocabulary_sample, self.seed)
@@ -237,6 +250,11 @@ class TrainInput:
             from keras_transformer.checkpoints.marian import copy_vocabulary_files
 
             copy_vocabulary_files(self.vocabulary_from, os.path.dirname(path))
+            return
+        if self.nllb:
+            from keras_transformer.checkpoints.nllb.run_import import copy_tokenizer_files
+
+            copy_tokenizer_files(self.vocabulary_from, os.path.dirname(path))
             return
         if self.vocabulary_from is not None:
             shutil.copyfile(os.path.join(self.vocabulary_from, VOCABULARY_FILE), path)
@@ -316,11 +334,10 @@ class TrainInput:
     def _pipeline(self, vocabulary_path):
         """The pipeline's name, its tokenizer, `tokenize(pairs)` and `batches(tokens, start=0, **options)`."""
         name = self.input_pipeline
-        if self.marian:
+        if self.marian or self.nllb:
             from keras_transformer.data import python_pipeline
-            from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
 
-            tokenizer = MarianTokenizer(os.path.dirname(vocabulary_path))
+            tokenizer = load_run_tokenizer(os.path.dirname(vocabulary_path), *self.languages)
             return (
                 "python", tokenizer,
                 lambda pairs: python_pipeline.tokenize_pairs(pairs, tokenizer, self.max_length, self.decoder_start_id),

@@ -101,6 +101,7 @@ def build_translator(
     label_smoothing=0.1,
     jit_compile="auto",
     learning_rate=None,
+    source_vocabulary_size=None,
     **model_options,
 ):
     """A compiled Transformer with the paper's optimizer, schedule and loss.
@@ -109,13 +110,17 @@ def build_translator(
     run; the ablations pass their own.
 
     Args:
-        vocabulary_size: int, shared by source and target.
+        vocabulary_size: int, the target's, and the source's unless
+            `source_vocabulary_size` is given.
         num_layers, d_model, num_heads, ff_dim, max_length: as `kt.models.transformer`.
         dropout, tie_embeddings: as `kt.models.transformer`.
         warmup_steps: int, of `TransformerSchedule`.
         learning_rate: float, the schedule's peak (at `warmup_steps`);
             None is the paper's, `d_model^-0.5 * warmup_steps^-0.5`.
         label_smoothing: float, of `MaskedSparseCrossentropy`.
+        source_vocabulary_size: int, the encoder's vocabulary where it is
+            not the target's (an imported Marian run whose target has a
+            table of its own); None shares `vocabulary_size`.
         jit_compile: as `Model.compile`; True is refused on torch
             (`train_config.check_jit_compile`).
         **model_options: more arguments for `kt.models.transformer`, e.g.
@@ -135,7 +140,7 @@ def build_translator(
 
     check_jit_compile(jit_compile)
     model = models.transformer(
-        vocabulary_size,
+        source_vocabulary_size or vocabulary_size,
         vocabulary_size,
         num_layers=num_layers,
         d_model=d_model,
@@ -216,6 +221,7 @@ def train_translator(
         vocabulary_sample=config.vocabulary_sample, input_pipeline=config.input_pipeline,
         vocabulary_size=config.vocabulary_size, vocabulary_from=config.start_from, placement=placement,
         decoder_start_id=(config.model_options or {}).get("decoder_start_id", START_ID),
+        languages=(config.source_language, config.target_language),
     )
     # The whole corpus is read before the output folder is touched: a bad
     # line stops the run with nothing written, so the fixed command starts afresh.
@@ -284,7 +290,7 @@ def _train(config, model_arguments, inputs, corpus_data, placement, start, start
     if config.dev_bleu_sentences:
         dev_bleu = model_selection.DevBleu(
             dev_pairs[: config.dev_bleu_sentences],
-            load_run_tokenizer(output),
+            load_run_tokenizer(output, *inputs.languages),
             output,
             config.steps_per_epoch,
             # On TensorFlow one compiled decoding program, reused every epoch, reads the weights as they are.

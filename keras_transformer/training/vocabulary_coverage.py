@@ -12,6 +12,7 @@ import os
 from keras_transformer.errors import UserInputError
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 from keras_transformer_runtime.run_tokenizer import is_marian_run
+from keras_transformer_runtime.run_tokenizer import is_nllb_run
 
 # Characters of a corpus that a given vocabulary (a fine-tuned run's) cannot
 # spell (they become <unk>): above the first share a warning, above the
@@ -83,6 +84,23 @@ def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
     )
 
 
+def _nllb_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
+    """`unknown_shares` for an imported NLLB-200 run: the share of each side's pieces that are `<unk>`.
+
+    Each piece counts one: NLLB's BPE fuses a run of unknown characters into one `<unk>`.
+    """
+    from keras_transformer_runtime.nllb_tokenizer import NllbTokenizer
+    from keras_transformer_runtime.special_tokens import UNK_ID
+
+    tokenizer = NllbTokenizer(run)
+    return tuple(
+        _unknown_share(("x", i == UNK_ID) for row in tokenizer.piece_ids([getattr(pair, side)
+                                                                             for pair in pairs[:sample]])
+                       for i in row)
+        for side in ("source", "target")
+    )
+
+
 def check_vocabulary_covers(pairs, run, log=print):
     """Says how much of a corpus the vocabulary of `run` (`--from`) cannot spell; refuses a corpus it cannot read.
 
@@ -110,7 +128,9 @@ def check_vocabulary_covers(pairs, run, log=print):
     >>> check_vocabulary_covers(pairs, run, log=lambda line: None)
     (0.0, 0.0)
     """
-    if is_marian_run(run):
+    if is_nllb_run(run):
+        source, target = _nllb_unknown_shares(pairs, run)
+    elif is_marian_run(run):
         source, target = _marian_unknown_shares(pairs, run)
     else:
         source, target = unknown_shares(pairs, os.path.join(run, VOCABULARY_FILE))

@@ -203,11 +203,18 @@ def transformer_spec(model):
     return spec, float(first.layer_norm_epsilon)
 
 
+def _source_pieces(tokenizer):
+    """The source side's pieces by id: `get_vocabulary()`, unless the target has a table of its own."""
+    return getattr(tokenizer, "get_source_vocabulary", tokenizer.get_vocabulary)()
+
+
 def export_ctranslate2(directory, out, quantization=None, force=False):
     """Writes a training run's model as a CTranslate2 model directory.
 
     The directory holds CTranslate2's `model.bin`, `config.json` and
-    `shared_vocabulary.json`, the run's `vocabulary.spm` (to tokenize), and
+    `shared_vocabulary.json` (`source_vocabulary.json` and
+    `target_vocabulary.json` for a Marian run whose target has a table of
+    its own), the run's `vocabulary.spm` (to tokenize), and
     `keras_transformer.json` (the model's `max_length`, for
     `CTranslate2Translator`). Serve it with `CTranslate2Translator`, or
     with `ctranslate2.Translator` and SentencePiece directly (docs/translating.md).
@@ -234,11 +241,10 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     from keras_transformer import model_file
     from keras_transformer_runtime.run_files import MODEL_FILE
     from keras_transformer_runtime.run_tokenizer import is_marian_run
+    from keras_transformer_runtime.run_tokenizer import is_nllb_run
     from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
     from keras_transformer_runtime.run_tokenizer import vocabulary_files
-    from keras_transformer_runtime.run_tokenizer import refuse_a_target_vocabulary_of_its_own
 
-    refuse_a_target_vocabulary_of_its_own(directory, "export --format ctranslate2")
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UserInputError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     if os.path.exists(out) and not force:
@@ -252,7 +258,8 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
     spec, epsilon = transformer_spec(model)
     tokenizer = load_run_tokenizer(directory)
     pieces = tokenizer.get_vocabulary()
-    spec.register_source_vocabulary(pieces)
+    # A Marian target with a table of its own: CTranslate2 then writes source_ and target_vocabulary.json.
+    spec.register_source_vocabulary(_source_pieces(tokenizer))
     spec.register_target_vocabulary(pieces)
     spec.config.layer_norm_epsilon = epsilon
     # A Marian model starts from its padding token, a run trained here from <s>.
@@ -269,6 +276,10 @@ def export_ctranslate2(directory, out, quantization=None, force=False):
         from keras_transformer.checkpoints.marian import copy_vocabulary_files
 
         copy_vocabulary_files(directory, out)  # tokenizer_config.json too, which names the specials
+    if is_nllb_run(directory):
+        from keras_transformer.checkpoints.nllb.run_import import copy_tokenizer_files
+
+        copy_tokenizer_files(directory, out)
     parts = transformer_parts(model)
     settings = {"max_length": int(parts.decoder_embedding.max_length), "decoder_start_id": parts.decoder_start_id}
     with open(os.path.join(out, SETTINGS_FILE), "w", encoding="utf-8") as file:
@@ -348,8 +359,10 @@ class CTranslate2Translator(TextTranslator):
             settings = json.load(file)
         self.tokenizer = load_run_tokenizer(directory)
         start = settings.get("decoder_start_id", START_ID)
-        self._forbidden = sorted({PAD_ID, start})
+        # As the decoding loop's (`sampler.forbidden_token_ids`): a model that starts from </s> may still end.
+        self._forbidden = sorted({PAD_ID} | ({start} if start != END_ID else set()))
         self._pieces = self.tokenizer.get_vocabulary()
+        self._source_pieces = _source_pieces(self.tokenizer)
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
         self._character_is_known = {}
         self.max_length = int(settings["max_length"])
@@ -372,12 +385,14 @@ class CTranslate2Translator(TextTranslator):
 
     def _decode(self, source):
         results = self.translator.translate_batch(
-            [[self._pieces[int(i)] for i in row] for row in source],
+            [[self._source_pieces[int(i)] for i in row] for row in source],
             beam_size=self.beam_width,
             length_penalty=self.length_penalty,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
             max_decoding_length=self.max_new_tokens,
             suppress_sequences=[[self._pieces[i]] for i in self._forbidden],
             max_batch_size=self.batch_size,
+            # An NLLB-200 run writes the target language first (transformers' forced_bos_token_id).
+            target_prefix=None if self.forced_first_id is None else [[self._pieces[self.forced_first_id]]] * len(source),
         )
         return [[self._ids[piece] for piece in result.hypotheses[0]] + [END_ID] for result in results]

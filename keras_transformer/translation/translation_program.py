@@ -17,6 +17,7 @@ import keras
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBestChoice
+from keras_transformer.decoding.pooled_beam import PooledBeamChoice
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.layers.attention import MultiHeadAttention
@@ -41,7 +42,8 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
             cross-attention, as `n_best(..., alignments=True)` reads it.
 
     Returns:
-        The exported `(weights, encoder_tokens) -> (generated, steps)`, for
+        The exported `(weights, encoder_tokens[, forced_first]) -> (generated, steps)`
+        (`forced_first`, an int32 scalar, where the tokenizer is NLLB-200's), for
         any batch size and source length (`encoder_tokens` int32
         `(batch, length)`, `weights` the values of `model.variables`); with
         `n_best`, `-> (tokens, scores, normalized_scores, token_scores,
@@ -68,20 +70,19 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
             f"A translation program is exported from Keras on JAX; this process runs Keras on "
             f"{keras.backend.backend()!r}. Set KERAS_BACKEND=jax."
         )
-    if n_best:
-        choice = NBestChoice(width=translator.beam_width, length_penalty=float(translator.length_penalty),
-                             n=int(n_best), max_new_tokens=translator.max_new_tokens)
-    elif translator.beam_width == 1:
-        choice = GreedyChoice()
-    else:
-        choice = BeamChoice(width=translator.beam_width, length_penalty=float(translator.length_penalty))
+    choice = decoding_choice(translator, n_best)
     decoder = translator.decoder
     variables = list(decoder.model.variables)
 
-    def decode(encoder_tokens):
+    # An NLLB-200 run's program takes the forced first token (the target language) as an input: one program
+    # serves every language pair.
+    forces_first = hasattr(translator.tokenizer, "forced_first_id")
+
+    def decode(encoder_tokens, *forced_first):
         results = search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
                                  no_repeat_ngram_size=translator.no_repeat_ngram_size,
-                                 return_cross_attention=bool(n_best and cross_attention), grow_caches=True)
+                                 return_cross_attention=bool(n_best and cross_attention), grow_caches=True,
+                                 forced_first=forced_first[0] if forced_first else None)
         if not n_best:
             return results
         (tokens, scores, normalized, token_scores), steps, *weights = results
@@ -90,8 +91,36 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
     batch, length = jax.export.symbolic_shape("batch, length")
     weights = [jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype) for variable in variables]
     tokens = jax.ShapeDtypeStruct((batch, length), "int32")
+    forced = (jax.ShapeDtypeStruct((), "int32"),) if forces_first else ()
     with attention_kernels_for_export(decoder.model, jax.default_backend()):
-        return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens)
+        return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens, *forced)
+
+
+def decoding_choice(translator, n_best=None):
+    """The choice of the decoding loop a `Translator` runs: greedy, kept or pooled beam, an n-best list's.
+
+    Args:
+        translator: a `Translator`.
+        n_best: None, or the hypotheses per source of an n-best list.
+
+    Returns:
+        A `GreedyChoice`, `BeamChoice`, `NBestChoice` or `PooledBeamChoice`.
+
+    Example:
+
+    >>> import types
+    >>> pooled = types.SimpleNamespace(beam_width=4, length_penalty=1.0, beam_search="pooled",
+    ...                                early_stopping=False, max_new_tokens=20)
+    >>> type(decoding_choice(pooled)).__name__, decoding_choice(pooled, n_best=2).n
+    ('PooledBeamChoice', 2)
+    """
+    width, alpha = translator.beam_width, float(translator.length_penalty)
+    if translator.beam_search == "pooled" and width > 1:  # beam 1 is greedy search whichever the search
+        return PooledBeamChoice(width=width, length_penalty=alpha, early_stopping=bool(translator.early_stopping),
+                                max_new_tokens=translator.max_new_tokens, n=int(n_best or 0))
+    if n_best:
+        return NBestChoice(width=width, length_penalty=alpha, n=int(n_best), max_new_tokens=translator.max_new_tokens)
+    return GreedyChoice() if width == 1 else BeamChoice(width=width, length_penalty=alpha)
 
 
 @contextlib.contextmanager
@@ -133,23 +162,30 @@ def attention_kernels_for_export(model, platform):
 
 
 def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
-                              no_repeat_ngram_size=3, n_best=None, cross_attention=False):
+                              no_repeat_ngram_size=3, n_best=None, cross_attention=False, beam_search="kept",
+                              early_stopping=False, max_new_tokens=None):
     """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         entry: the entry's folder (`ProgramCache.entry`).
         cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size: as `Translator`'s.
+        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping, max_new_tokens:
+            as `Translator`'s.
         n_best, cross_attention: as `export_decoding_program`'s.
 
     Raises:
         UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
         RuntimeError: Keras does not run on JAX.
+
+    Example:
+
+    >>> write_translation_program("runs/es-en", entry, cache, beam_search="pooled")  # doctest: +SKIP
     """
     with phase("load"):
         translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
-                                               no_repeat_ngram_size=no_repeat_ngram_size)
+                                               no_repeat_ngram_size=no_repeat_ngram_size, beam_search=beam_search,
+                                               early_stopping=early_stopping, max_new_tokens=max_new_tokens)
     with phase("compile"):
         program = export_decoding_program(translator, n_best, cross_attention)
     with phase("write"):
@@ -157,5 +193,5 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
         name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
-                            n_best, cross_attention)
+                            n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping)
         cache.write(entry / name, bytes(program.serialize()))

@@ -171,7 +171,7 @@ class Translator(TextTranslator):
             )
 
     @classmethod
-    def from_directory(cls, directory, quantize=None, **kwargs):
+    def from_directory(cls, directory, quantize=None, source_language=None, target_language=None, **kwargs):
         """Loads `model.keras` and its vocabulary from a run folder (trained, or imported from Marian).
 
         Args:
@@ -179,6 +179,8 @@ class Translator(TextTranslator):
             quantize: None, or a Keras quantization mode ("int8", "int4")
                 applied to the model once loaded
                 (`keras_transformer.quantization`).
+            source_language, target_language: an NLLB-200 run's languages
+                (`spa_Latn`); other runs take theirs from the text.
             **kwargs: passed to `Translator`.
 
         Raises:
@@ -212,7 +214,7 @@ class Translator(TextTranslator):
 
             quantize_model(model, quantize)
         try:
-            tokenizer = load_run_tokenizer(directory)
+            tokenizer = load_run_tokenizer(directory, source_language, target_language)
         except ValueError as error:
             raise ValueError(f"{vocabulary_path!r}: {error}") from error
         return cls(model, tokenizer, **kwargs)
@@ -220,24 +222,27 @@ class Translator(TextTranslator):
     def _decode(self, source):
         if self.beam_width == 1:
             return greedy_search(
-                self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size
+                self.decoder, source, self.max_new_tokens, no_repeat_ngram_size=self.no_repeat_ngram_size,
+                forced_first_id=self.forced_first_id,
             )
         if self.beam_search == "pooled":
             return pooled_beam_search(self.decoder, source, self.beam_width, self.length_penalty,
                                       self.max_new_tokens, early_stopping=self.early_stopping,
-                                      no_repeat_ngram_size=self.no_repeat_ngram_size)
+                                      no_repeat_ngram_size=self.no_repeat_ngram_size,
+                                      forced_first_id=self.forced_first_id)
         return beam_search(
             self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
-            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            no_repeat_ngram_size=self.no_repeat_ngram_size, forced_first_id=self.forced_first_id,
         )
 
     def _decode_n_best(self, source, n, cross_attention=False):
-        if self.beam_search == "pooled":
-            raise NotImplementedError("n-best lists come from beam_search='kept'; 'pooled' returns one "
-                                      "hypothesis a source.")
+        # Beam 1 is greedy search whichever the search: its one hypothesis is kept's.
+        pooled = self.beam_search == "pooled" and self.beam_width > 1
         return n_best_search(
             self.decoder, source, int(n), self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size, return_cross_attention=cross_attention,
+            beam_search="pooled" if pooled else "kept", early_stopping=self.early_stopping,
+            forced_first_id=self.forced_first_id,
         )
 
     def decoder_layer_count(self):

@@ -208,7 +208,8 @@ async def _translate(request, state):
         parsed = parse_translate(await _body(request, state.limits.max_body_bytes), state.models,
                                  state.limits.max_texts)
         model = parsed.model
-        results = await _translations(state, parsed.model, Setting(parsed.beam, parsed.alignments), parsed.texts)
+        results = await _translations(state, parsed.model, Setting(parsed.beam, parsed.alignments, parsed.languages),
+                                      parsed.texts)
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
@@ -227,6 +228,9 @@ async def _predict(request, state, name):
     started = time.monotonic()
     try:
         texts, _, columnar = parse_predict(await _body(request, state.limits.max_body_bytes), state.limits.max_texts)
+        if model.translates_between_languages:
+            raise RequestError(400, f"{name!r} is an NLLB-200 model: POST /v1/translate with 'source_language' and "
+                                    "'target_language'")
         texts = language_checked(texts, model)
         results = await _translations(state, name, Setting(model.default_beam), texts)
     except RequestError as error:

@@ -18,6 +18,7 @@ _FIELD_SCHEMAS = {
     "attention_weights": {"type": "boolean", "default": False},
     "token_scores": {"type": "boolean", "default": False},
     "target_language": {"type": "string"},
+    "source_language": {"type": "string"},
 }
 _HYPOTHESIS = {"type": "object", "required": ["text", "score", "normalized_score"], "properties": {
     "text": {"type": "string"},

@@ -26,7 +26,9 @@ TRANSLATE_FIELDS = {
     "attention_weights": "with the alignments, each hypothesis' cross-attention over the source pieces (default false)",
     "token_scores": "each hypothesis' subword pieces and their log-probabilities (default false)",
     "target_language": "a multi-target model's language to write (`fra`: `>>fra<<` before each sentence that has "
-                       "no code of its own); such a model refuses a sentence without one",
+                       "no code of its own; an NLLB-200 model's: `eng_Latn`); such a model refuses a sentence "
+                       "without one",
+    "source_language": "an NLLB-200 model's source language (`spa_Latn`), needed with `target_language`",
 }
 SIGNATURE_NAME = "serving_default"
 SIGNATURE_INPUT = "texts"
@@ -59,6 +61,7 @@ class TranslateRequest:
     attention_weights: bool = False
     token_scores: bool = False
     text_warnings: tuple = ()
+    languages: tuple = ()
 
 
 def json_body(body):
@@ -117,11 +120,38 @@ def parse_translate(body, models, max_texts):
         raise RequestError(400, f"'n_best' must be from 1 to the beam width {beam}, got {n_best}")
     flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
     flags["alignments"] = flags["alignments"] or flags["attention_weights"]
-    target_language = value.get("target_language")
-    if target_language is not None and not isinstance(target_language, str):
-        raise RequestError(400, f"'target_language' must be a string, not {_json_type(target_language)}")
+    source_language, target_language = (value.get(f"{side}_language") for side in ("source", "target"))
+    for side, language in (("source", source_language), ("target", target_language)):
+        if language is not None and not isinstance(language, str):
+            raise RequestError(400, f"'{side}_language' must be a string, not {_json_type(language)}")
+    if getattr(models[model], "translates_between_languages", False):
+        languages = languages_checked(models[model], source_language, target_language)
+        return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, languages=languages, **flags)
+    if source_language is not None:
+        raise RequestError(400, f"'source_language' is an NLLB-200 model's field; {model!r} reads any source")
     texts = language_checked(texts, models[model], target_language)
     return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, **flags)
+
+
+def languages_checked(model, source_language, target_language):
+    """`(source, target)`: an NLLB-200 model's two languages, checked against its codes.
+
+    Raises:
+        RequestError: a language is missing or not the model's (400; close codes named).
+
+    Example:
+
+    >>> import types
+    >>> model = types.SimpleNamespace(check_languages=lambda source, target: None)
+    >>> languages_checked(model, "spa_Latn", "eng_Latn")
+    ('spa_Latn', 'eng_Latn')
+    """
+    try:
+        model.check_languages(source_language, target_language)
+    except UserInputError as error:
+        raise RequestError(400, str(error).replace("--source-language", "'source_language'")
+                           .replace("--target-language", "'target_language'")) from None
+    return source_language, target_language
 
 
 def language_checked(texts, model, target_language=None):

@@ -15,16 +15,18 @@ import os
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """What a batch is decoded with: the beam width, and whether the cross-attention is read (alignments).
+    """What a batch is decoded with: the beam width, whether the cross-attention is read (alignments), the languages.
 
     Example:
 
     >>> Setting(4, alignments=True)
-    Setting(beam=4, alignments=True)
+    Setting(beam=4, alignments=True, languages=())
     """
 
     beam: int
     alignments: bool = False
+    # An NLLB-200 model's (source, target) codes: a batch holds one pair.
+    languages: tuple = ()
 
 
 def model_name(argument):
@@ -59,8 +61,8 @@ class ServedModel:
     Example (`translate` needs `load()` first):
 
     >>> ServedModel("es-en", "runs/es-en", [4, 1], load_translator=None, engine="compiled").settings()
-    [Setting(beam=4, alignments=False), Setting(beam=4, alignments=True), Setting(beam=1, alignments=False), \
-Setting(beam=1, alignments=True)]
+    [Setting(beam=4, alignments=False, languages=()), Setting(beam=4, alignments=True, languages=()), \
+Setting(beam=1, alignments=False, languages=()), Setting(beam=1, alignments=True, languages=())]
     """
 
     def __init__(self, name, run_directory, beams, load_translator, engine):
@@ -103,7 +105,20 @@ Setting(beam=1, alignments=True)]
         Empty too until the model is loaded: a request then waits for it (503) whatever its codes.
         """
         loaded = next(iter(self._translators.values()), None)
+        if self.translates_between_languages:  # NLLB-200's codes are request fields, not tokens in the text
+            return ()
         return tuple(getattr(getattr(loaded, "tokenizer", None), "language_codes", ()))
+
+    @property
+    def translates_between_languages(self):
+        """Whether each request names its source and target languages (an NLLB-200 run)."""
+        loaded = next(iter(self._translators.values()), None)
+        return hasattr(getattr(loaded, "tokenizer", None), "forced_first_id")
+
+    def check_languages(self, source_language, target_language):
+        """Raises `UserInputError` (close codes named) unless both are the NLLB-200 model's languages."""
+        tokenizer = next(iter(self._translators.values())).tokenizer
+        tokenizer.with_languages(source_language, target_language).check_languages()
 
     @property
     def max_length(self):
@@ -118,5 +133,7 @@ Setting(beam=1, alignments=True)]
         the batch, not the request): each sentence's warnings come on its
         `Translation` instead.
         """
-        return self._translators[setting].n_best(list(texts), setting.beam, alignments=setting.alignments,
-                                                  warn=False)
+        translator = self._translators[dataclasses.replace(setting, languages=())]
+        if setting.languages:
+            translator = translator.with_languages(*setting.languages)
+        return translator.n_best(list(texts), setting.beam, alignments=setting.alignments, warn=False)

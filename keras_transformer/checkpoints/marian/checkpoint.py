@@ -5,10 +5,12 @@ import typing
 
 import numpy as np
 
+from keras_transformer.checkpoints.hugging_face_files import read_weights
+from keras_transformer.checkpoints.imported_model import built_model
+from keras_transformer.checkpoints.imported_model import imported_run_config
 from keras_transformer.checkpoints.marian.config import MarianArchitecture
 from keras_transformer.checkpoints.marian.config import read_architecture
 from keras_transformer.checkpoints.marian.weights import marian_weights
-from keras_transformer.checkpoints.marian.weights import read_weights
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
 from keras_transformer_runtime.run_files import ID_TABLE_FILE
@@ -80,41 +82,18 @@ def _start_id(checkpoint):
 
 
 def run_config(checkpoint):
-    """The `config.json` of an imported run: the sizes `train --from` reads, and Marian's options.
-
-    The sizes are `TrainConfig`'s fields (`preset` "base" names the
-    presets' training defaults, which a fine-tuning run replaces with its
-    own); the rest of `transformer()`'s arguments go to `model_options`,
-    `source_vocabulary_size` among them where the target has a table of
-    its own (`vocabulary_size` is then the target's).
-    """
-    arguments = checkpoint.architecture.builder_arguments(_start_id(checkpoint))
-    core = {"num_layers", "d_model", "num_heads", "ff_dim", "max_length", "dropout", "tie_embeddings"}
-    return {
-        "preset": "base", "vocabulary_size": arguments["target_vocabulary_size"],
-        **{key: arguments[key] for key in core},
-        "model_options": {key: value for key, value in arguments.items()
-                          if key not in core and key != "target_vocabulary_size"
-                          and (key != "source_vocabulary_size" or value != arguments["target_vocabulary_size"])},
-    }
+    """The `config.json` of an imported run (`imported_model.imported_run_config`): what `train --from` reads."""
+    return imported_run_config(checkpoint.architecture.builder_arguments(_start_id(checkpoint)))
 
 
 def build_model(checkpoint):
-    """The functional `transformer()` model of a `MarianCheckpoint`, with its weights.
+    """The functional `transformer()` model of a checkpoint, with its weights.
 
     Returns:
         A `keras.Model`, as `keras_transformer.models.transformer` builds it.
     """
-    from keras_transformer import models
-
-    model = models.transformer(**checkpoint.architecture.builder_arguments(_start_id(checkpoint)), name="marian")
-    variables = {variable.path: variable for variable in model.weights}
-    missing = sorted(set(variables) - set(checkpoint.weights))
-    if missing:  # a layer this module does not map yet: a bug here, not the user's
-        raise RuntimeError(f"The Marian converter gives no value for {missing}.")
-    for path, variable in variables.items():
-        variable.assign(checkpoint.weights[path].astype(variable.dtype))
-    return model
+    return built_model(checkpoint.architecture.builder_arguments(_start_id(checkpoint)), checkpoint.weights,
+                       "marian", "Marian")
 
 
 def load_marian(directory):

@@ -8,18 +8,16 @@ express is refused with the file and the setting named.
 import os
 import typing
 
+from keras_transformer.checkpoints import imported_model
+from keras_transformer.checkpoints.hugging_face_files import CONFIG_FILE
+from keras_transformer.checkpoints.imported_model import check_config
+from keras_transformer.checkpoints.imported_model import checked_activation
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import read_json_object
 from keras_transformer_runtime.special_tokens import PAD_ID
 
-CONFIG_FILE = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
-PYTORCH_FILE = "pytorch_model.bin"
 # Hugging Face's LayerNorm epsilon in every Marian layer (torch's default).
 LAYER_NORM_EPSILON = 1e-5
-# Hugging Face's names of activations, as Keras names them (swish = silu = x * sigmoid(x);
-# gelu is the exact one in both).
-_ACTIVATIONS = {"swish": "swish", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 
 # Every key a Marian config.json may hold, in three kinds: none is ignored unnamed.
 # The keys `read_architecture` reads: each becomes an argument of the model, or
@@ -32,30 +30,9 @@ MODEL_KEYS = frozenset({
     "normalize_before", "add_final_layer_norm", "normalize_embedding", "add_bias_logits",
     "static_position_embeddings",
 })
-# Keys that change nothing of the model whatever their value: where it came from,
-# what transformers returns, training-only regularization (a fine-tuning run has
-# its own), and the decoding's defaults, which are generation settings.
-NO_EFFECT_KEYS = frozenset({
-    # where it came from, and what transformers' forward returns
-    "transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype",
-    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "use_bfloat16", "use_cache",
-    "is_encoder_decoder", "id2label", "label2id", "_num_labels", "num_labels", "problem_type",
-    "finetuning_task", "tokenizer_class", "prefix", "task_specific_params", "tf_legacy_loss",
-    "chunk_size_feed_forward", "num_hidden_layers", "gradient_checkpointing", "_attn_implementation_autoset",
-    # training only
-    "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop", "init_std",
-    "classif_dropout", "classifier_dropout",
-    # generation settings (generation_config.json holds them too)
-    "bos_token_id", "sep_token_id", "forced_bos_token_id", "forced_eos_token_id", "max_length", "min_length",
-    "num_beams", "num_beam_groups", "num_return_sequences", "length_penalty", "early_stopping",
-    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "do_sample", "temperature", "top_k",
-    "top_p", "typical_p", "repetition_penalty", "diversity_penalty", "output_scores", "return_dict_in_generate",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-    "renormalize_logits",
-})
-# Keys of transformers' base config that would change the model: refused unless at these defaults.
-DEFAULT_ONLY_KEYS = {"is_decoder": False, "add_cross_attention": False, "cross_attention_hidden_size": None,
-                     "tie_encoder_decoder": False, "pruned_heads": {}}
+# Keys that change nothing of the model, and keys that must keep their defaults: every family's.
+NO_EFFECT_KEYS = imported_model.NO_EFFECT_KEYS
+DEFAULT_ONLY_KEYS = imported_model.DEFAULT_ONLY_KEYS
 
 
 class MarianArchitecture(typing.NamedTuple):
@@ -147,35 +124,13 @@ def read_architecture(directory):
     def refuse(key, why):
         raise UserInputError(f"{path}: {key}={setting(key)!r}: {why}")
 
-    for key in config:
-        if key in DEFAULT_ONLY_KEYS and config[key] not in (DEFAULT_ONLY_KEYS[key], None):
-            refuse(key, f"the layers express Marian's model only with {key}={DEFAULT_ONLY_KEYS[key]!r}.")
-        if key not in MODEL_KEYS and key not in NO_EFFECT_KEYS and key not in DEFAULT_ONLY_KEYS:
-            refuse(key, "a setting this importer does not know; refused rather than ignored (a newer "
-                        "transformers? please report it).")
-
+    check_config(config, path, MODEL_KEYS, NO_EFFECT_KEYS, "Marian's model")
     for key in ("normalize_before", "add_final_layer_norm", "normalize_embedding", "add_bias_logits"):
         if setting(key):
             refuse(key, "the layers express Marian's post-LN model without extra norms or logits biases.")
     if setting("static_position_embeddings") is False:
         refuse("static_position_embeddings", "only sinusoidal positions are imported.")
-    if not setting("tie_word_embeddings", True):
-        refuse("tie_word_embeddings", "an output projection of its own is not imported yet.")
-    activation = setting("activation_function", "gelu")
-    if activation not in _ACTIVATIONS:
-        refuse("activation_function", f"the feed-forward takes {sorted(_ACTIVATIONS)}.")
-    for encoder_key, decoder_key in (("encoder_attention_heads", "decoder_attention_heads"),
-                                     ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if setting(encoder_key) != setting(decoder_key):
-            refuse(decoder_key, f"differs from {encoder_key}={setting(encoder_key)!r}; "
-                                "encoder and decoder layers have one size here.")
-    integers = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                "encoder_ffn_dim", "max_position_embeddings", "pad_token_id", "eos_token_id")
-    for key in integers:
-        if isinstance(setting(key), bool) or not isinstance(setting(key), int) or setting(key) < 0:
-            refuse(key, "expected a non-negative integer.")
-    if setting("d_model") % setting("encoder_attention_heads"):
-        refuse("encoder_attention_heads", f"does not divide d_model={setting('d_model')}.")
+    activation = checked_activation(config, path, "gelu")
     vocabulary_size = setting("vocab_size")
     target_size = setting("decoder_vocab_size", vocabulary_size)
     share_embeddings = bool(setting("share_encoder_decoder_embeddings", True))
@@ -198,7 +153,7 @@ def read_architecture(directory):
         num_heads=setting("encoder_attention_heads"),
         ff_dim=setting("encoder_ffn_dim"),
         max_length=setting("max_position_embeddings"),
-        activation=_ACTIVATIONS[activation],
+        activation=activation,
         embedding_scale="sqrt" if setting("scale_embedding", False) else None,
         dropout=float(setting("dropout", 0.1)),
         pad_id=setting("pad_token_id"),

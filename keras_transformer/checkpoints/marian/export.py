@@ -29,9 +29,9 @@ import shutil
 
 import numpy as np
 
-from keras_transformer.checkpoints.marian.config import CONFIG_FILE
+from keras_transformer.checkpoints.hugging_face_files import CONFIG_FILE
+from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
 from keras_transformer.checkpoints.marian.config import LAYER_NORM_EPSILON
-from keras_transformer.checkpoints.marian.config import SAFETENSORS_FILE
 from keras_transformer.model_parts import SHARED_EMBEDDING
 from keras_transformer.model_parts import transformer_parts
 from keras_transformer_runtime.errors import UserInputError

@@ -6,10 +6,12 @@ import os
 from keras_transformer.checkpoints.marian.checkpoint import build_model
 from keras_transformer.checkpoints.marian.checkpoint import read_marian
 from keras_transformer.checkpoints.marian.checkpoint import run_config
-from keras_transformer.checkpoints.marian.config import CONFIG_FILE
-from keras_transformer.checkpoints.marian.config import PYTORCH_FILE
-from keras_transformer.checkpoints.marian.config import SAFETENSORS_FILE
-from keras_transformer_runtime.errors import UserInputError
+from keras_transformer.checkpoints.hugging_face_files import CONFIG_FILE
+from keras_transformer.checkpoints.hugging_face_files import PYTORCH_FILE
+from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
+from keras_transformer.checkpoints.hugging_face_files import check_output
+from keras_transformer.checkpoints.hugging_face_files import fetch_folder
+from keras_transformer.checkpoints.hugging_face_files import write_run_folder
 from keras_transformer_runtime.marian_tokenizer import MARIAN_VOCABULARY_FILES
 from keras_transformer_runtime.search_defaults import write_generation_file
 
@@ -33,20 +35,10 @@ MARIAN_CONFIG_FILE = "marian_config.json"
 IMPORTED_FILE = "imported.json"
 
 
-def _is_hub_id(source):
-    parts = source.split("/")
-    return len(parts) == 2 and all(parts) and not source.startswith((".", "/")) and " " not in source
-
-
 def fetch_marian(source):
     """A local folder for `source`: the folder itself, or a hub id (`Helsinki-NLP/opus-mt-es-en`) downloaded.
 
-    Args:
-        source: a folder, or a Hugging Face hub id, fetched with
-            `huggingface_hub.snapshot_download` (its cache) where the network is available.
-
-    Returns:
-        The folder's path.
+    `hugging_face_files.fetch_folder` with the files a Marian folder needs.
 
     Raises:
         UserInputError: neither a folder nor a hub id that can be fetched.
@@ -58,23 +50,7 @@ def fetch_marian(source):
     ...
     keras_transformer_runtime.errors.UserInputError: no such folder: no such folder, and not a hub id ...
     """
-    source = os.fspath(source)
-    if os.path.isdir(source):
-        return source
-    if not _is_hub_id(source) or os.path.exists(source):
-        raise UserInputError(f"{source}: no such folder, and not a hub id (ORGANIZATION/NAME, e.g. "
-                             "Helsinki-NLP/opus-mt-es-en).")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UserInputError(f"{source}: fetching a hub model needs huggingface_hub (pip install huggingface_hub); "
-                             "or pass a local folder.") from None
-    try:
-        return snapshot_download(repo_id=source, allow_patterns=_HUB_FILES)
-    except Exception as error:  # offline, unknown id, no permission: huggingface_hub raises many kinds
-        raise UserInputError(f"{source}: could not fetch it from the Hugging Face hub "
-                             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
-                             "on a machine without the network, pass a local folder.") from None
+    return fetch_folder(source, _HUB_FILES)
 
 
 def import_marian(source, output, overwrite=False):
@@ -106,19 +82,11 @@ def import_marian(source, output, overwrite=False):
     """
     import shutil
 
-    output = os.fspath(output)
-    if os.path.isdir(output) and os.listdir(output) and not overwrite:
-        raise UserInputError(f"--output {output}: exists and is not empty; pass --overwrite to replace it.")
-    if os.path.exists(output) and not os.path.isdir(output):
-        raise UserInputError(f"--output {output}: is a file, not a folder.")
+    check_output(output, overwrite)  # before the long read
     checkpoint = read_marian(fetch_marian(source))
     model = build_model(checkpoint)
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f".{os.path.basename(os.path.abspath(output))}.importing-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        os.makedirs(staging)
+
+    def write(staging):
         model.save(os.path.join(staging, "model.keras"))
         copy_vocabulary_files(checkpoint.directory, staging)
         shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(staging, MARIAN_CONFIG_FILE))
@@ -128,9 +96,6 @@ def import_marian(source, output, overwrite=False):
         with open(os.path.join(staging, IMPORTED_FILE), "w") as f:
             json.dump({"format": "marian", "source": os.fspath(source), "parameters": int(model.count_params())},
                       f, indent=2)
-        if os.path.isdir(output):
-            shutil.rmtree(output)
-        os.replace(staging, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    write_run_folder(output, overwrite, write)
     return checkpoint

@@ -1,0 +1,81 @@
+"""`keras-transformer import` of an NLLB-200 model (a folder or a hub id), written as a run folder."""
+
+import json
+import os
+import shutil
+
+from keras_transformer.checkpoints.hugging_face_files import CONFIG_FILE
+from keras_transformer.checkpoints.hugging_face_files import GENERATION_CONFIG_FILE
+from keras_transformer.checkpoints.hugging_face_files import PYTORCH_FILE
+from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
+from keras_transformer.checkpoints.hugging_face_files import check_output
+from keras_transformer.checkpoints.hugging_face_files import fetch_folder
+from keras_transformer.checkpoints.hugging_face_files import write_run_folder
+from keras_transformer.checkpoints.nllb.checkpoint import build_model
+from keras_transformer.checkpoints.nllb.checkpoint import read_nllb
+from keras_transformer.checkpoints.nllb.checkpoint import run_config
+from keras_transformer_runtime.nllb_tokenizer import TOKENIZER_FILE
+from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
+from keras_transformer_runtime.run_tokenizer import NLLB_CONFIG_FILE
+from keras_transformer_runtime.search_defaults import write_generation_file
+
+# What `import_nllb` fetches of a hub model: the files an NLLB folder needs, no others.
+HUB_FILES = (CONFIG_FILE, GENERATION_CONFIG_FILE, SAFETENSORS_FILE, PYTORCH_FILE, TOKENIZER_FILE,
+             TOKENIZER_CONFIG_FILE, "special_tokens_map.json")
+IMPORTED_FILE = "imported.json"
+
+
+def copy_tokenizer_files(source, destination):
+    """Copies an NLLB run's tokenizer and Hugging Face files (what a fine-tuned run keeps of it) between folders."""
+    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, GENERATION_CONFIG_FILE, NLLB_CONFIG_FILE):
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+
+
+def import_nllb(source, output, overwrite=False):
+    """Writes a run folder from a Hugging Face NLLB-200 model, which every verb then takes as a trained run.
+
+    The folder holds `model.keras` (a `transformer()` model with NLLB's
+    settings and weights), the tokenizer's `tokenizer.json` and
+    `tokenizer_config.json`, the Hugging Face config (`nllb_config.json`),
+    its `generation_config.json` where it has one, the run's own
+    `config.json` (`run_config`: what `train --from` reads),
+    `generation.json` (`generate()`'s search settings, the run's defaults)
+    and `imported.json` (where it came from). It is written beside `output`
+    and moved there whole, so a failure leaves nothing in `output`.
+
+    Args:
+        source: a local NLLB-200 folder, or a hub id
+            (`facebook/nllb-200-distilled-600M`), fetched where the network is.
+        output: the run folder to write.
+        overwrite: replace a run folder that exists.
+
+    Returns:
+        The `NllbCheckpoint` that was imported.
+
+    Raises:
+        UserInputError: see `read_nllb`; `output` exists and is not empty.
+
+    Example:
+
+    >>> import_nllb("facebook/nllb-200-distilled-600M", "runs/nllb")  # doctest: +SKIP
+    """
+    check_output(output, overwrite)  # before the long read
+    checkpoint = read_nllb(fetch_folder(source, HUB_FILES))
+    model = build_model(checkpoint)
+
+    def write(folder):
+        model.save(os.path.join(folder, "model.keras"))
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, GENERATION_CONFIG_FILE):
+            if os.path.isfile(os.path.join(checkpoint.directory, name)):
+                shutil.copyfile(os.path.join(checkpoint.directory, name), os.path.join(folder, name))
+        shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(folder, NLLB_CONFIG_FILE))
+        with open(os.path.join(folder, CONFIG_FILE), "w") as f:  # the run's own: what `train --from` reads
+            json.dump(run_config(checkpoint), f, indent=2)
+        write_generation_file(checkpoint.directory, folder)  # `generate()`'s search: the run's default
+        with open(os.path.join(folder, IMPORTED_FILE), "w") as f:
+            json.dump({"format": "nllb", "source": os.fspath(source), "parameters": int(model.count_params())},
+                      f, indent=2)
+
+    write_run_folder(output, overwrite, write)
+    return checkpoint

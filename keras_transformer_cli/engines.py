@@ -1,0 +1,142 @@
+"""The translator `translate` and `evaluate` run: the cached compiled program, or the Keras model (`--engine`).
+
+Each search flag holds its value by now: given, or the run's default
+(`search_flags.apply_search_defaults`), and both engines get the same.
+"""
+
+import sys
+
+
+def translator(args):
+    """The translator of `--engine` for these flags: the cached compiled program, or the Keras model.
+
+    Args:
+        args: the parsed flags of `translate` or `evaluate`.
+
+    Returns:
+        A `TextTranslator` (a `CompiledTranslator` or a `Translator`).
+
+    Raises:
+        UserInputError: the run folder cannot be loaded with these flags.
+
+    Example:
+
+    >>> translator(args)  # doctest: +SKIP
+    """
+    from keras_transformer_cli.search_flags import apply_search_defaults
+
+    apply_search_defaults(args)
+    languages = run_languages(args)
+    if getattr(args, "engine", "keras") == "compiled":
+        try:
+            return compiled_translator(args)
+        except OSError as error:  # a cache folder that cannot be written: still translate
+            from keras_transformer_runtime.program_cache import cache_directory
+
+            print(f"keras-transformer: warning: the program cache {cache_directory()} cannot be used "
+                  f"({type(error).__name__}: {error}); translating with the Keras model instead "
+                  "(KERAS_TRANSFORMER_CACHE_DIR moves the cache, KERAS_TRANSFORMER_CACHE=0 turns it off).",
+                  file=sys.stderr, flush=True)
+            args.start_keras()
+    from keras_transformer.errors import UserInputError
+    from keras_transformer.translation.translator import Translator
+    from keras_transformer_runtime.timings import phase
+
+    try:
+        with phase("load"):
+            return Translator.from_directory(args.model, quantize=args.quantize, batch_size=args.batch_size,
+                                             **languages, **translator_settings(args))
+    except (FileNotFoundError, ValueError) as error:
+        raise UserInputError(str(error))
+
+
+def run_languages(args):
+    """`Translator.from_directory`'s language arguments: an NLLB-200 run's two codes, else none.
+
+    Raises:
+        UserInputError: `--source-language` for a run that is not NLLB's.
+
+    Example:
+
+    >>> import argparse
+    >>> run_languages(argparse.Namespace(model="runs/base", source_language=None, target_language="fra"))
+    {}
+    """
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.run_tokenizer import is_nllb_run
+
+    source, target = getattr(args, "source_language", None), getattr(args, "target_language", None)
+    if is_nllb_run(args.model):
+        return {"source_language": source, "target_language": target}
+    if source is not None:
+        raise UserInputError(f"--source-language {source}: {args.model} is not an NLLB-200 run; it reads any source "
+                             "it was trained on (--target-language names a multi-target Marian run's language).")
+    return {}
+
+
+def translator_settings(args):
+    """The `Translator` arguments of the search flags.
+
+    Example:
+
+    >>> import argparse
+    >>> translator_settings(argparse.Namespace(beam=4, beam_search="pooled", length_penalty=1.0,
+    ...                     early_stopping=False, max_new_tokens=62, no_repeat_ngram=0))["beam_search"]
+    'pooled'
+    """
+    return dict(beam_width=args.beam, beam_search=args.beam_search, length_penalty=args.length_penalty,
+                early_stopping=args.early_stopping, max_new_tokens=args.max_new_tokens,
+                no_repeat_ngram_size=args.no_repeat_ngram)
+
+
+def compiled_translator(args):
+    """A `CompiledTranslator` from the program cache; on a miss, Keras (on JAX) writes the program first.
+
+    Example:
+
+    >>> compiled_translator(args)  # doctest: +SKIP
+    """
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.program_cache import ProgramCache
+
+    def write(*arguments, **settings):
+        print("keras-transformer: compiling the model's decoding program into the cache "
+              "(once per model and setting; later calls start in about a second)", file=sys.stderr, flush=True)
+        args.start_keras()
+        from keras_transformer.translation.translation_program import write_translation_program
+
+        try:
+            write_translation_program(*arguments, **settings)
+        except (FileNotFoundError, ValueError) as error:
+            raise UserInputError(str(error))
+
+    log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
+    return load_compiled_translator(args.model, ProgramCache(), batch_size=args.batch_size, write=write, log=log,
+                                    n_best=(args.n_best or 1) if scored(args) else None,
+                                    cross_attention=reads_attention(args), **run_languages(args),
+                                    **translator_settings(args))
+
+
+def reads_attention(args):
+    """Whether `translate` reads the cross-attention: `--alignments` or `--attention-map`.
+
+    Example:
+
+    >>> import argparse
+    >>> reads_attention(argparse.Namespace(alignments=False, attention_map="map.png"))
+    True
+    """
+    return bool(getattr(args, "alignments", False) or getattr(args, "attention_map", None))
+
+
+def scored(args):
+    """Whether `translate` gives n-best lists (`--n-best`, `--format jsonl`, or the attention's options).
+
+    Example:
+
+    >>> import argparse
+    >>> scored(argparse.Namespace(n_best=None, format="text", alignments=False))
+    False
+    """
+    return bool(getattr(args, "n_best", None) or getattr(args, "format", "text") == "jsonl" or reads_attention(args))

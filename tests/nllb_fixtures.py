@@ -1,0 +1,90 @@
+"""A small NLLB-200 model made with transformers (random weights), saved as the hub holds one: for the NLLB tests."""
+
+import json
+
+import numpy as np
+
+SENTENCES = ["Y dijo Dios: Sea la luz; y fue la luz.", "¿Dónde está el niño?", "La luz era buena.",
+             "Sea la luz.", "Y vio Dios que la luz era buena; y separó Dios la luz de las tinieblas."]
+_CORPUS = SENTENCES + ["And God said, Let there be light: and there was light.", "Where is the child?",
+                       "The light was good.", "Le chef de l'ONU affirme qu'il n'y a pas de solution militaire."]
+
+
+def make_nllb_tokenizer(folder, pieces=160):
+    """Saves an `NllbTokenizer` (a BPE of `pieces` learned on a few sentences, NLLB's 202 language codes) in `folder`."""
+    from tokenizers import Tokenizer
+    from tokenizers import models
+    from tokenizers import pre_tokenizers
+    from tokenizers import trainers
+    from transformers import NllbTokenizer
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    bpe.train_from_iterator(_CORPUS * 3, trainers.BpeTrainer(vocab_size=pieces,
+                                                             special_tokens=["<s>", "<pad>", "</s>", "<unk>"]))
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]
+    tokenizer = NllbTokenizer(vocab=model["vocab"], merges=merges, src_lang="spa_Latn", tgt_lang="eng_Latn")
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extra_rows=2, init_std=0.5, eos_scale=2.5):
+    """Saves a small random `M2M100ForConditionalGeneration` with an NLLB tokenizer in `folder`.
+
+    Every bias and LayerNorm parameter is random (transformers starts them
+    at 0 and 1), and the vocabulary has `extra_rows` rows the tokenizer
+    lacks, as NLLB-200's has two.
+
+    Returns:
+        The folder.
+    """
+    import torch
+    from transformers import M2M100Config
+    from transformers import M2M100ForConditionalGeneration
+
+    tokenizer = make_nllb_tokenizer(folder)
+    config = M2M100Config(vocab_size=len(tokenizer) + extra_rows, d_model=d_model, encoder_layers=layers,
+                          decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                          encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=64, dropout=0.0,
+                          attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
+                          decoder_layerdrop=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2, scale_embedding=True, tie_word_embeddings=True, init_std=init_std)
+    torch.manual_seed(seed)
+    model = M2M100ForConditionalGeneration(config).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "layer_norm" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1
+                                + (1.0 if "layer_norm.weight" in name else 0.0))
+            elif name.endswith("shared.weight"):
+                # Short rows for the 202 language tokens, so that the model writes pieces too.
+                rows = torch.randn(parameter.shape, generator=generator)
+                rows[tokenizer.convert_tokens_to_ids(list(tokenizer.extra_special_tokens))] *= 0.05
+                rows[config.eos_token_id] *= eos_scale  # a longer </s> row: some translations end
+                parameter.copy_(rows)
+    model.save_pretrained(folder)
+    return folder
+
+
+def load_nllb_reference(folder):
+    """`(model, tokenizer)` of transformers for a folder `make_nllb_folder` wrote (offline)."""
+    from transformers import AutoTokenizer
+    from transformers import M2M100ForConditionalGeneration
+
+    model = M2M100ForConditionalGeneration.from_pretrained(folder, local_files_only=True).eval()
+    return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def nllb_generate(model, tokenizer, sentences, source, target, beams=1, max_new_tokens=20):
+    """transformers' translations of `sentences` from `source` into `target` (`generate` with `forced_bos_token_id`)."""
+    import torch
+
+    tokenizer.src_lang = source
+    batch = tokenizer(sentences, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        limit = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}  # None: the model's defaults
+        generated = model.generate(**batch, num_beams=beams, do_sample=False, **limit,
+                                   forced_bos_token_id=tokenizer.convert_tokens_to_ids(target))
+    return tokenizer.batch_decode(generated, skip_special_tokens=True), np.asarray(generated)
