@@ -77,6 +77,24 @@ def load_nllb_reference(folder):
     return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
+def reference_tokenizer(folder, source, target):
+    """transformers' tokenizer of `folder` for one pair; the test is skipped where transformers cannot give it.
+
+    transformers 5.0's `NllbTokenizer` keeps the language token of the
+    tokenizer.json it loaded whatever `src_lang` and `tgt_lang` say (5.24's follows them).
+    """
+    import pytest
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, src_lang=source, tgt_lang=target)
+    if (tokenizer("a")["input_ids"][0], tokenizer(text_target="a")["input_ids"][0]) != (
+            tokenizer.convert_tokens_to_ids(source), tokenizer.convert_tokens_to_ids(target)):
+        import transformers
+
+        pytest.skip(f"transformers {transformers.__version__}'s NllbTokenizer does not switch to {source} -> {target}")
+    return tokenizer
+
+
 def nllb_generate(model, tokenizer, sentences, source, target, beams=1, max_new_tokens=20):
     """transformers' translations of `sentences` from `source` into `target` (`generate` with `forced_bos_token_id`)."""
     import torch

@@ -26,6 +26,7 @@ from tests.nllb_fixtures import SENTENCES
 from tests.nllb_fixtures import load_nllb_reference
 from tests.nllb_fixtures import make_nllb_folder
 from tests.nllb_fixtures import nllb_generate
+from tests.nllb_fixtures import reference_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,10 +55,9 @@ def _their_ids(tokenizer, ids):
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("source", ["spa_Latn", "eng_Latn"])
-def test_source_ids_are_the_tokenizers_language_first_and_end_last(imported, reference, source):
+def test_source_ids_are_the_tokenizers_language_first_and_end_last(imported, nllb_folder, source):
     _, tokenizer = imported
-    _, their_tokenizer = reference
-    their_tokenizer.src_lang = source
+    their_tokenizer = reference_tokenizer(nllb_folder, source, "eng_Latn")
     ours = tokenizer.with_languages(source, "eng_Latn").tokenize(SENTENCES)
     assert _their_ids(tokenizer, ours) == their_tokenizer(SENTENCES)["input_ids"]
     assert ours[0][0] == tokenizer.token_to_id(source) and ours[0][-1] == END_ID
@@ -218,7 +218,7 @@ def test_export_nllb_writes_a_folder_transformers_loads_with_the_same_logits(imp
 
 @pytest.mark.end_to_end
 @pytest.mark.backend_independent
-def test_an_imported_run_fine_tunes_with_nllbs_language_tokens(imported_run, reference, tmp_path):
+def test_an_imported_run_fine_tunes_with_nllbs_language_tokens(imported_run, nllb_folder, tmp_path):
     from conftest import FIXTURE_CORPUS
 
     from keras_transformer.data.parallel_corpus import ParallelCorpus
@@ -233,8 +233,7 @@ def test_an_imported_run_fine_tunes_with_nllbs_language_tokens(imported_run, ref
     corpus_data = inputs.read_corpus(log=lambda line: None)
     inputs.write_vocabulary(corpus_data, str(tmp_path / "vocabulary.spm"))
     dev = inputs.train_data(corpus_data, str(tmp_path / "vocabulary.spm"), 0, lambda line: None).dev
-    _, their_tokenizer = reference
-    their_tokenizer.src_lang, their_tokenizer.tgt_lang = "spa_Latn", "eng_Latn"
+    their_tokenizer = reference_tokenizer(nllb_folder, "spa_Latn", "eng_Latn")
     pair = min(corpus_data.splits["dev"], key=lambda pair: len(pair.source) + len(pair.target))
     source = their_tokenizer([pair.source])["input_ids"][0]
     target = their_tokenizer(text_target=[pair.target])["input_ids"][0]
