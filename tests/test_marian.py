@@ -167,11 +167,13 @@ def test_import_writes_a_run_folder_that_translate_takes(marian_folder, imported
     assert main(["import", marian_folder, "--output", str(run)]) == 0
     assert {"model.keras", "source.spm", "target.spm", "vocab.json", "marian_config.json"} <= set(os.listdir(run))
     capsys.readouterr()
-    assert main(["translate", "--model", str(run), "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0",
-                 *SENTENCES[:2]]) == 0
-    printed = capsys.readouterr().out.splitlines()
     model, tokenizer = imported
-    expected = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0)(SENTENCES[:2])
+    translator = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0)
+    # The Translator's limit, not the run's generate() default (generation.json): the same search both sides.
+    assert main(["translate", "--model", str(run), "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0",
+                 "--max-new-tokens", str(translator.max_new_tokens), *SENTENCES[:2]]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    expected = translator(SENTENCES[:2])
     assert printed == expected
     with pytest.raises(SystemExit) as refused:  # a second import does not write over the run
         main(["import", marian_folder, "--output", str(run)])

@@ -83,7 +83,8 @@ def test_the_imported_logits_of_a_language_token_equal_marians(imported, referen
 @pytest.mark.backend_independent
 def test_translate_target_language_adds_the_token_and_gives_generates_translation(imported_run, reference, capsys):
     capsys.readouterr()
-    flags = ["translate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0"]
+    flags = ["translate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0",
+             "--max-new-tokens", "127"]
     assert main([*flags, "--target-language", "por", "Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."]) == 0
     printed = capsys.readouterr().out.splitlines()
     expected = generate_translations(reference, [">>por<< Y dijo Dios: Sea la luz.", ">>fra<< Y dijo Dios: Sea la luz."],

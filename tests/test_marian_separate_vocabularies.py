@@ -83,11 +83,12 @@ def test_greedy_and_pooled_beam_translations_equal_generate(imported, reference)
 def test_translate_on_the_imported_run_gives_the_translators_translations_on_both_engines(imported_run, imported,
                                                                                           capsys):
     model, tokenizer = imported
-    expected = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0)(SENTENCES[:2])
+    translator = Translator(model, tokenizer, beam_width=1, no_repeat_ngram_size=0)
+    expected = translator(SENTENCES[:2])
     for engine in ("keras", "auto"):
         capsys.readouterr()
         assert main(["translate", "--model", imported_run, "--engine", engine, "--beam", "1", "--no-repeat-ngram",
-                     "0", *SENTENCES[:2]]) == 0
+                     "0", "--max-new-tokens", str(translator.max_new_tokens), *SENTENCES[:2]]) == 0
         assert capsys.readouterr().out.splitlines() == expected, engine
 
 
