@@ -98,7 +98,6 @@ class NllbTokenizer:
         self.model_ids = marian_id_order(self._size, specials["pad_token"], specials["unk_token"],
                                          specials["eos_token"])
         self._ids = np.argsort(self.model_ids)
-        self._special_model_ids = set(specials.values())
         self.language_codes = _language_codes(config, self._tokenizer, set(specials) | {"mask_token"})
         self.source_language = self.target_language = None
         if source_language is not None or target_language is not None:
@@ -138,7 +137,9 @@ class NllbTokenizer:
     @property
     def forced_first_id(self):
         """The target language's token in this package's ids: the decoder's first word; None until it is set."""
-        return None if self.target_language is None else self._language_id(self.target_language, "")
+        if self.target_language is None:
+            return None
+        return int(self._ids[self._tokenizer.token_to_id(self.target_language)])
 
     def vocabulary_size(self):
         """Number of ids: the model's vocabulary."""
@@ -176,7 +177,7 @@ class NllbTokenizer:
     def piece_ids(self, texts):
         """Each text's piece ids, without language tokens or `</s>`."""
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [[int(self._ids[i]) for i in encoding.ids] for encoding in encodings]
+        return [self._ids[np.asarray(encoding.ids, np.int64)].tolist() for encoding in encodings]
 
     def tokenize(self, inputs):
         """Source ids of a string (int32 array) or of a list of strings (lists of ints), language and `</s>` added.
