@@ -58,8 +58,14 @@ def marian_id_order(size, pad_id, unk_id, eos_id):
     if size < 4 or len(set(specials.values())) != 3 or not all(0 <= i < size for i in specials.values()):
         raise ValueError(f"A Marian vocabulary needs 4 ids or more and three distinct specials in [0, {size}), "
                          f"got size={size}, pad={pad_id}, unk={unk_id}, eos={eos_id}.")
-    others = iter(i for i in range(size) if i not in specials.values())
-    return np.array([specials[i] if i in specials else next(others) for i in range(size)], np.int64)
+    order = np.empty(size, np.int64)
+    ours = np.ones(size, bool)
+    theirs = np.ones(size, bool)
+    for our_id, their_id in specials.items():
+        order[our_id] = their_id
+        ours[our_id] = theirs[their_id] = False
+    order[ours] = np.flatnonzero(theirs)  # the rest keep their relative order
+    return order
 
 
 def read_json_object(path, missing):

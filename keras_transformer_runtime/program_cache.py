@@ -13,7 +13,11 @@ sentence is translated without importing Keras and without compiling.
   (default 1024), but never the entry being written: a model whose
   weights alone are larger is kept until another entry is written.
 - **Never stale**: an entry's name is a hash of everything that shapes the
-  program: the bytes of `model.keras` and `vocabulary.spm`, the source of
+  program: the bytes of `model.keras` and `vocabulary.spm` (a file's hash
+  is remembered under `digests/` by its path, size, inode and time of
+  change, and only once that time is `SETTLED_SECONDS` old, as git does
+  for its index, so a file rewritten within the same clock tick is read
+  again), the source of
   this package and of `keras_transformer` (so an upgrade, or an edit of
   an editable install, starts new entries), the versions of JAX and
   jaxlib, and the platform. XLA's compiled code is kept per CPU (its
@@ -34,9 +38,13 @@ DIRECTORY_VARIABLE = "KERAS_TRANSFORMER_CACHE_DIR"
 SIZE_VARIABLE = "KERAS_TRANSFORMER_CACHE_MB"
 DEFAULT_SIZE_MB = 1024
 # Bumped when the layout of an entry changes.
-FORMAT = 1
+FORMAT = 2
 # The packages whose source shapes a program.
 SOURCE_PACKAGES = ("keras_transformer", "keras_transformer_runtime")
+# How old a file's last change must be before its hash is remembered: a
+# file's times are as coarse as the kernel's clock tick, so a rewrite of
+# the same size within one tick would otherwise keep an old hash.
+SETTLED_SECONDS = 2.0
 
 
 def cache_enabled():
@@ -88,6 +96,62 @@ def _hash_files(digest, paths):
                 digest.update(block)
 
 
+def file_digest(path, digests=None):
+    """The SHA-256 of a file's bytes, remembered under `digests` while the file is unchanged.
+
+    Hashing a 300 MB `model.keras` takes about half a second; a translate
+    call that finds its program in the cache would spend it every time.
+    The remembered hash is keyed by the file's path, size, inode, device
+    and times of change (`os.stat`), and kept only for a file last changed
+    more than `SETTLED_SECONDS` ago.
+
+    Args:
+        path: the file.
+        digests: a folder for the remembered hashes, or None to hash every time.
+
+    Returns:
+        The hex digest.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> path = os.path.join(folder, "model.keras")
+    >>> _ = open(path, "wb").write(b"weights")
+    >>> file_digest(path, os.path.join(folder, "digests")) == file_digest(path)
+    True
+    """
+    import time
+
+    path = pathlib.Path(path).resolve()
+    status = path.stat()
+    stamp = [status.st_size, status.st_ino, status.st_dev, status.st_mtime_ns, status.st_ctime_ns]
+    memo = None
+    if digests is not None:
+        memo = pathlib.Path(digests) / hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
+        try:
+            remembered = json.loads(memo.read_text())
+            if remembered.get("stamp") == stamp:
+                return remembered["digest"]
+        except (OSError, ValueError, AttributeError, KeyError):
+            pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    digest = digest.hexdigest()
+    if memo is not None and time.time() - max(status.st_mtime, status.st_ctime) > SETTLED_SECONDS:
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=memo.parent, prefix=".writing-")
+            with os.fdopen(handle, "w") as file:
+                json.dump({"path": os.fspath(path), "stamp": stamp, "digest": digest}, file)
+            os.replace(temporary, memo)
+        except OSError:  # a read-only cache still translates
+            pass
+    return digest
+
+
 def source_fingerprint():
     """A hash of the installed source of `SOURCE_PACKAGES`, found without importing them.
 
@@ -127,7 +191,7 @@ def cpu_fingerprint():
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def entry_key(run_directory, model_file, vocabulary_files, engine):
+def entry_key(run_directory, model_file, vocabulary_files, engine, digests=None):
     """The name of a run's cache entry: a hash of everything that shapes its programs.
 
     Args:
@@ -137,6 +201,8 @@ def entry_key(run_directory, model_file, vocabulary_files, engine):
             names (`run_files.vocabulary_files`).
         engine: a string naming the engine and its versions and platform
             (e.g. `"jax 0.10.2 jaxlib 0.10.2 cpu"`).
+        digests: a folder where the files' hashes are remembered
+            (`file_digest`; `ProgramCache.digests_directory()`), or None.
 
     Returns:
         A hex string.
@@ -144,7 +210,8 @@ def entry_key(run_directory, model_file, vocabulary_files, engine):
     digest = hashlib.sha256(f"format {FORMAT}|{engine}|{source_fingerprint()}".encode())
     folder = pathlib.Path(run_directory)
     names = [vocabulary_files] if isinstance(vocabulary_files, str) else list(vocabulary_files)
-    _hash_files(digest, [folder / model_file, *(folder / name for name in names)])
+    for path in [folder / model_file, *(folder / name for name in names)]:
+        digest.update(f"|{path.name}|{file_digest(path, digests)}".encode())
     return digest.hexdigest()[:32]
 
 
@@ -172,6 +239,10 @@ class ProgramCache:
     def entry(self, key):
         """The folder of one entry."""
         return self.directory / "programs" / key
+
+    def digests_directory(self):
+        """The remembered hashes of run files (`file_digest`)."""
+        return self.directory / "digests"
 
     def xla_directory(self):
         """XLA's compiled code, one folder per CPU."""

@@ -4,6 +4,7 @@ The compiled engine runs whatever KERAS_BACKEND says (it writes its program
 with Keras on JAX), so these run under one backend (`backend_independent`).
 """
 
+import hashlib
 import io
 import json
 import os
@@ -168,6 +169,28 @@ def test_an_entry_key_changes_with_the_model_the_vocabulary_the_package_source_a
     (run / MODEL_FILE).write_bytes((trained_run / MODEL_FILE).read_bytes())
     monkeypatch.setattr(program_cache, "source_fingerprint", lambda: "an upgraded package")
     assert key() != original
+
+
+def test_a_remembered_file_hash_is_used_while_the_file_is_unchanged_and_forgotten_when_it_changes(
+        tmp_path, monkeypatch):
+    model = tmp_path / MODEL_FILE
+    model.write_bytes(b"a" * 100)
+    digests = tmp_path / "digests"
+    monkeypatch.setattr(program_cache, "SETTLED_SECONDS", -1.0)  # remembered however recent the file
+    assert program_cache.file_digest(model, digests) == hashlib.sha256(b"a" * 100).hexdigest()
+    (remembered,) = digests.iterdir()
+    stamp = json.loads(remembered.read_text())["stamp"]
+    assert program_cache.file_digest(model, digests) == hashlib.sha256(b"a" * 100).hexdigest()
+    # Rewritten in place with the same size and its modification time set back: only its change time differs.
+    model.write_bytes(b"b" * 100)
+    os.utime(model, ns=(stamp[3], stamp[3]))
+    assert program_cache.file_digest(model, digests) == hashlib.sha256(b"b" * 100).hexdigest()
+    # A file changed within SETTLED_SECONDS is hashed, not remembered: a rewrite in the same clock tick keeps its times.
+    monkeypatch.setattr(program_cache, "SETTLED_SECONDS", 3600.0)
+    fresh = tmp_path / "fresh.spm"
+    fresh.write_bytes(b"c")
+    assert program_cache.file_digest(fresh, digests) == hashlib.sha256(b"c").hexdigest()
+    assert sorted(digests.iterdir()) == [remembered]
 
 
 def test_the_cache_keeps_to_its_size_by_dropping_the_least_recently_used(tmp_path):
