@@ -16,11 +16,56 @@ SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"
 
 
-def read_weights(directory):
-    """`(tensors, path)`: a Hugging Face folder's weights file's tensors by name (float32 NumPy arrays), and the file.
+class CheckpointTensors:
+    """A checkpoint's tensors by name (without transformers' `model.` prefix), read one at a time when asked.
 
-    `model.safetensors` is read with `safetensors.numpy` (no torch);
-    a `pytorch_model.bin` alone needs torch.
+    A `model.safetensors` is opened (`safetensors.safe_open`), not read:
+    `shape` comes from its header and `tensor` reads one tensor, so an
+    import holds the model's variables and one tensor at a time, not the
+    whole file beside them. A `pytorch_model.bin`, which torch reads whole,
+    is kept as a dict.
+
+    Args:
+        source: a `safe_open` handle, or a dict of arrays.
+        names: for each short name, the name in `source`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tensors = CheckpointTensors({"model.shared.weight": np.ones((2, 3))}, {"shared.weight": "model.shared.weight"})
+    >>> "shared.weight" in tensors, tensors.shape("shared.weight"), tensors.tensor("shared.weight").dtype
+    (True, (2, 3), dtype('float32'))
+    """
+
+    def __init__(self, source, names):
+        self._source = source
+        self._names = names
+
+    def __contains__(self, name):
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def shape(self, name):
+        """The shape of one tensor, read from the file's header."""
+        full = self._names[name]
+        if isinstance(self._source, dict):
+            return tuple(self._source[full].shape)
+        return tuple(self._source.get_slice(full).get_shape())
+
+    def tensor(self, name):
+        """One tensor as a float32 NumPy array, read now."""
+        full = self._names[name]
+        value = self._source[full] if isinstance(self._source, dict) else self._source.get_tensor(full)
+        return np.asarray(value, np.float32)
+
+
+def read_weights(directory):
+    """`(tensors, path)`: a Hugging Face folder's weights file as `CheckpointTensors`, and the file.
+
+    `model.safetensors` is opened with `safetensors` (no torch) and read a
+    tensor at a time; a `pytorch_model.bin` alone needs torch.
 
     Raises:
         UserInputError: no weights file, or one that cannot be read
@@ -30,10 +75,11 @@ def read_weights(directory):
     pytorch_path = os.path.join(directory, PYTORCH_FILE)
     if os.path.isfile(safetensors_path):
         path = safetensors_path
-        from safetensors.numpy import load_file
+        from safetensors import safe_open
 
         try:
-            tensors = load_file(safetensors_path)
+            source = safe_open(safetensors_path, "np")  # checks that the data covers the header's tensors
+            names = list(source.keys())
         except Exception as error:  # safetensors raises its own SafetensorError, and OSError
             raise UserInputError(f"{safetensors_path}: not a readable safetensors file ({error}).") from None
     elif os.path.isfile(pytorch_path):
@@ -47,10 +93,11 @@ def read_weights(directory):
             state = torch.load(pytorch_path, map_location="cpu", weights_only=True)
         except Exception as error:  # torch raises many kinds for a damaged pickle
             raise UserInputError(f"{pytorch_path}: not a readable PyTorch checkpoint ({error}).") from None
-        tensors = {name: value.float().numpy() for name, value in state.items()}
+        source = {name: value.float().numpy() for name, value in state.items()}
+        names = list(source)
     else:
         raise UserInputError(f"{directory}: holds neither {SAFETENSORS_FILE} nor {PYTORCH_FILE}.")
-    return {_short_name(name): np.asarray(value, np.float32) for name, value in tensors.items()}, path
+    return CheckpointTensors(source, {_short_name(name): name for name in names}), path
 
 
 def _short_name(name):

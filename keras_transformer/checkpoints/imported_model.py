@@ -97,6 +97,17 @@ def checked_activation(config, path, default):
 def built_model(arguments, weights, name, family):
     """The functional `transformer(**arguments)` model with `weights` (by variable path) assigned.
 
+    Args:
+        arguments: `transformer()`'s arguments.
+        weights: for each variable path, a function reading its NumPy value
+            (`layer_weights.take`): one tensor is read at a time, assigned,
+            then let go.
+        name: the model's name.
+        family: the checkpoint's family, for messages.
+
+    Returns:
+        The `keras.Model`.
+
     Raises:
         RuntimeError: a variable the mapping gives no value for (a bug of the importer, not the user's).
     """
@@ -108,7 +119,7 @@ def built_model(arguments, weights, name, family):
     if missing:
         raise RuntimeError(f"The {family} converter gives no value for {missing}.")
     for path, variable in variables.items():
-        variable.assign(weights[path].astype(variable.dtype))
+        variable.assign(weights[path]().astype(variable.dtype))
     return model
 
 

@@ -4,7 +4,13 @@ Those models name their layers alike (`encoder.layers.0.self_attn.q_proj`,
 `fc1`, `final_layer_norm`, ...) and store a `Linear`'s matrix as
 `(outputs, inputs)`, the transpose of a Keras kernel; each family's own
 module maps its embeddings and extra norms and calls `layer_weights` for the rest.
+
+Each weight is a function that reads its value when the model's variable
+is assigned (`imported_model.built_model`): the shapes are checked from the
+file's header first, and an import never holds the whole file beside the model.
 """
+
+import functools
 
 from keras_transformer_runtime.errors import UserInputError
 
@@ -12,8 +18,19 @@ from keras_transformer_runtime.errors import UserInputError
 _ATTENTION_PROJECTIONS = (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"), ("out_proj", "attention_output"))
 
 
-def take(tensors, name, shape, weights_path):
-    """`tensors[name]`, checked to have `shape`.
+def take(tensors, name, shape, weights_path, transform=None):
+    """A function reading `tensors[name]` (then `transform` of it), once the tensor is checked to have `shape`.
+
+    Args:
+        tensors: `hugging_face_files.CheckpointTensors`.
+        name: the tensor's name.
+        shape: the shape the model needs.
+        weights_path: the file, for messages.
+        transform: None, or a function applied to the value when it is read
+            (a transpose, a reordering of rows).
+
+    Returns:
+        A function of no arguments returning the NumPy value.
 
     Raises:
         UserInputError: the tensor is missing or of another shape (the file named).
@@ -21,18 +38,27 @@ def take(tensors, name, shape, weights_path):
     Example:
 
     >>> import numpy as np
-    >>> take({"w": np.zeros((2, 3))}, "w", (3, 2), "model.safetensors")
+    >>> from keras_transformer.checkpoints.hugging_face_files import CheckpointTensors
+    >>> take(CheckpointTensors({"w": np.zeros((2, 3))}, {"w": "w"}), "w", (3, 2), "model.safetensors")
     Traceback (most recent call last):
     ...
     keras_transformer_runtime.errors.UserInputError: model.safetensors: 'w' has shape (2, 3), config.json's model needs (3, 2).
     """
     if name not in tensors:
         raise UserInputError(f"{weights_path}: lacks the tensor {name!r} that config.json's model needs.")
-    value = tensors[name]
-    if tuple(value.shape) != tuple(shape):
-        raise UserInputError(f"{weights_path}: {name!r} has shape {tuple(value.shape)}, config.json's model "
+    if tensors.shape(name) != tuple(shape):
+        raise UserInputError(f"{weights_path}: {name!r} has shape {tensors.shape(name)}, config.json's model "
                              f"needs {tuple(shape)}.")
-    return value
+    return functools.partial(_read, tensors, name, transform)
+
+
+def _read(tensors, name, transform):
+    value = tensors.tensor(name)
+    return value if transform is None else transform(value)
+
+
+def _transposed(value):
+    return value.T
 
 
 def layer_tensor_names(architecture):
@@ -93,31 +119,30 @@ def layer_weights(architecture, tensors, weights_path):
 
     Args:
         architecture: has `d_model`, `ff_dim`, `num_layers`, `num_decoder_layers`.
-        tensors: the checkpoint's tensors by name, without the `model.` prefix
-            (`hugging_face_files.read_weights`).
+        tensors: the checkpoint's `CheckpointTensors` (`hugging_face_files.read_weights`).
         weights_path: the file the tensors came from, for messages.
 
     Returns:
-        A dict from a variable's `path` in a `transformer()` model to its NumPy value.
+        A dict from a variable's `path` in a `transformer()` model to a
+        function reading its NumPy value (`take`).
 
     Raises:
         UserInputError: a tensor is missing or of the wrong shape.
     """
-    weights = {}
-    for path, (name, shape) in layer_tensor_names(architecture).items():
-        value = take(tensors, name, shape, weights_path)
-        weights[path] = value.T if path.endswith("/kernel") else value
-    return weights
+    return {path: take(tensors, name, shape, weights_path, _transposed if path.endswith("/kernel") else None)
+            for path, (name, shape) in layer_tensor_names(architecture).items()}
 
 
 def norm_weights(ours, theirs, width, tensors, weights_path):
-    """One LayerNorm's `gamma` and `beta` by variable path, from transformers' `weight` and `bias`.
+    """One LayerNorm's `gamma` and `beta` by variable path (functions reading them, `take`), from transformers' `weight` and `bias`.
 
     Example:
 
     >>> import numpy as np
+    >>> from keras_transformer.checkpoints.hugging_face_files import CheckpointTensors
+    >>> names = {"encoder.layer_norm.weight": np.ones(2), "encoder.layer_norm.bias": np.zeros(2)}
     >>> sorted(norm_weights("encoder_final_norm", "encoder.layer_norm", 2,
-    ...                     {"encoder.layer_norm.weight": np.ones(2), "encoder.layer_norm.bias": np.zeros(2)}, "f"))
+    ...                     CheckpointTensors(names, {name: name for name in names}), "f"))
     ['encoder_final_norm/beta', 'encoder_final_norm/gamma']
     """
     return {f"{ours}/gamma": take(tensors, f"{theirs}.weight", (width,), weights_path),

@@ -85,6 +85,7 @@ def import_marian(source, output, overwrite=False):
     check_output(output, overwrite)  # before the long read
     checkpoint = read_marian(fetch_marian(source))
     model = build_model(checkpoint)
+    checkpoint = checkpoint._replace(weights={})  # its file's pages go before Keras buffers the model's to save it
 
     def write(staging):
         model.save(os.path.join(staging, "model.keras"))
