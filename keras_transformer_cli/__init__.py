@@ -132,8 +132,8 @@ def build_parser():
     export.add_argument("--format", choices=("savedmodel", "ctranslate2", "marian", "nllb"), default="savedmodel",
                         help="savedmodel (default): strings in, strings out, needs only tensorflow and "
                              "tensorflow-text to serve; ctranslate2: a model directory for the CTranslate2 engine; "
-                             "marian: a Hugging Face MarianMTModel folder; nllb: an NLLB-200 run back as its "
-                             "Hugging Face folder (docs/pretrained.md)")
+                             "marian: a Hugging Face MarianMTModel folder; nllb: an NLLB-200 or M2M-100 run back "
+                             "as its Hugging Face folder (docs/pretrained.md)")
     export.add_argument("--force", action="store_true", help="replace --out if it holds files")
     export.add_argument("--max-new-tokens", type=positive_int,
                         help="savedmodel: longest translation (default: the model's max_length - 1)")
@@ -143,9 +143,10 @@ def build_parser():
                              "quantize when it loads the model)")
 
     imports = verb("import", commands.import_model,
-                   "turn a Hugging Face Marian (OPUS-MT) or NLLB-200 model into a run folder")
-    imports.add_argument("source", help="a MarianMTModel or NLLB-200 folder, or a hub id (Helsinki-NLP/opus-mt-es-en, "
-                                        "facebook/nllb-200-distilled-600M) when online")
+                   "turn a Hugging Face Marian (OPUS-MT), NLLB-200 or M2M-100 model into a run folder")
+    imports.add_argument("source", help="a MarianMTModel, NLLB-200 or M2M-100 folder, or a hub id (Helsinki-NLP/"
+                                        "opus-mt-es-en, facebook/nllb-200-distilled-600M, facebook/m2m100_418M) "
+                                        "when online")
     imports.add_argument("--output", required=True, help="the run folder to write; every verb takes it as --model")
     imports.add_argument("--overwrite", action="store_true", help="replace --output if it holds files")
 

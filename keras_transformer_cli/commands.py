@@ -262,7 +262,7 @@ def export(args, out):
         from keras_transformer.checkpoints.nllb.export import export_nllb
 
         config = export_nllb(args.model, args.out, force=args.force)
-        print(f"Hugging Face NLLB-200 folder written to {args.out} ({config['encoder_layers']}+"
+        print(f"Hugging Face NLLB-200 / M2M-100 folder written to {args.out} ({config['encoder_layers']}+"
               f"{config['decoder_layers']} layers; M2M100ForConditionalGeneration.from_pretrained and "
               "AutoTokenizer.from_pretrained load it)", file=out)
         return
@@ -357,7 +357,7 @@ def importable(name):
 
 
 def import_model(args, out):
-    """`import`: a Hugging Face Marian or NLLB-200 model (folder or hub id) written as a run folder."""
+    """`import`: a Hugging Face Marian, NLLB-200 or M2M-100 model (folder or hub id) written as a run folder."""
     from keras_transformer.checkpoints.hub_import import FAMILIES
     from keras_transformer.checkpoints.hub_import import import_hugging_face
     from keras_transformer_runtime.timings import phase

@@ -51,7 +51,7 @@ def translator(args):
 
 
 def run_languages(args):
-    """`Translator.from_directory`'s language arguments: an NLLB-200 run's two codes, else none.
+    """`Translator.from_directory`'s language arguments: an NLLB-200 or M2M-100 run's two codes, else none.
 
     Raises:
         UserInputError: `--source-language` for a run that is not NLLB's.
@@ -69,8 +69,9 @@ def run_languages(args):
     if is_nllb_run(args.model):
         return {"source_language": source, "target_language": target}
     if source is not None:
-        raise UserInputError(f"--source-language {source}: {args.model} is not an NLLB-200 run; it reads any source "
-                             "it was trained on (--target-language names a multi-target Marian run's language).")
+        raise UserInputError(f"--source-language {source}: {args.model} is not an NLLB-200 or M2M-100 run; it reads "
+                             "any source it was trained on (--target-language names a multi-target Marian run's "
+                             "language).")
     return {}
 
 

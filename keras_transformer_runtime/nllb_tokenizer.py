@@ -60,6 +60,11 @@ class NllbTokenizer:
             defaults to the tokenizer's size.
         source_language, target_language: language codes (`spa_Latn`), or None.
 
+    Attributes:
+        path: the file of the pieces (`tokenizer.json`; M2M-100's `sentencepiece.bpe.model`).
+        model_ids: for each id of this package, the model's id of the same piece.
+        language_codes: the model's language codes, sorted.
+
     Raises:
         UserInputError: `tokenizer.json` is missing or unreadable, lacks a
             special, or a language code is not one of the model's.
@@ -74,36 +79,52 @@ class NllbTokenizer:
 
     def __init__(self, directory, vocabulary_size=None, source_language=None, target_language=None):
         self.directory = os.fspath(directory)
-        path = os.path.join(self.directory, TOKENIZER_FILE)
-        if not os.path.isfile(path):
-            raise UserInputError(f"{path}: missing; an NLLB folder holds the tokenizer.json transformers saves.")
-        from tokenizers import Tokenizer
-
-        try:
-            self._tokenizer = Tokenizer.from_file(path)
-        except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse
-            raise UserInputError(f"{path}: not a tokenizers file ({error}).") from None
         config_path = os.path.join(self.directory, TOKENIZER_CONFIG_FILE)
         config = read_json_object(config_path, "") if os.path.isfile(config_path) else {}
+        self._read_pieces(config)
         self.legacy_behaviour = bool(config.get("legacy_behaviour", False))
-        size = self._tokenizer.get_vocab_size(with_added_tokens=True)
-        self._size = int(vocabulary_size or size)
+        self._size = int(vocabulary_size or self.piece_count())
         specials = {}
         for key, default in _SPECIALS.items():
             piece = config.get(key, default)
             piece = piece.get("content", default) if isinstance(piece, dict) else piece
-            specials[key] = self._tokenizer.token_to_id(piece)
+            specials[key] = self.model_id(piece)
             if specials[key] is None:
-                raise UserInputError(f"{path}: lacks the special piece {piece!r}.")
+                raise UserInputError(f"{self.path}: lacks the special piece {piece!r}.")
         self.model_ids = marian_id_order(self._size, specials["pad_token"], specials["unk_token"],
                                          specials["eos_token"])
         self._ids = np.argsort(self.model_ids)
-        self.language_codes = _language_codes(config, self._tokenizer, set(specials) | {"mask_token"})
+        self.language_codes = self._read_language_codes(config, set(specials) | {"mask_token"})
         self.source_language = self.target_language = None
         if source_language is not None or target_language is not None:
             self.source_language, self.target_language = self._checked(source_language, target_language)
 
+    def _read_pieces(self, config):
+        """Reads the pieces' file (`tokenizer.json`); `M2m100Tokenizer` reads SentencePiece's and `vocab.json`."""
+        self.path = os.path.join(self.directory, TOKENIZER_FILE)
+        if not os.path.isfile(self.path):
+            raise UserInputError(f"{self.path}: missing; an NLLB folder holds the tokenizer.json transformers saves.")
+        from tokenizers import Tokenizer
+
+        try:
+            self._tokenizer = Tokenizer.from_file(self.path)
+        except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise UserInputError(f"{self.path}: not a tokenizers file ({error}).") from None
+
+    def _read_language_codes(self, config, special_keys):
+        return _language_codes(config, self._tokenizer, special_keys)
+
+    def _language_token(self, code):
+        """The piece of a language code: NLLB's code is its token (`spa_Latn`)."""
+        return code
+
+    def _code(self, code):
+        """A language code as the user typed it, in the form `language_codes` lists."""
+        return code
+
     def _checked(self, source_language, target_language):
+        source_language, target_language = (None if code is None else self._code(code)
+                                            for code in (source_language, target_language))
         for flag, code in (("--source-language", source_language), ("--target-language", target_language)):
             if code is not None and code not in self.language_codes:
                 close = difflib.get_close_matches(code, self.language_codes, n=5, cutoff=0.5)
@@ -132,14 +153,14 @@ class NllbTokenizer:
             raise UserInputError(f"this model translates between {len(self.language_codes)} languages: pass "
                                  f"{flag} CODE (the server: \"{flag[2:].replace('-', '_')}\"); its codes: "
                                  + _listed(self.language_codes))
-        return int(self._ids[self._tokenizer.token_to_id(code)])
+        return int(self._ids[self.model_id(self._language_token(code))])
 
     @property
     def forced_first_id(self):
         """The target language's token in this package's ids: the decoder's first word; None until it is set."""
         if self.target_language is None:
             return None
-        return int(self._ids[self._tokenizer.token_to_id(self.target_language)])
+        return int(self._ids[self.model_id(self._language_token(self.target_language))])
 
     def vocabulary_size(self):
         """Number of ids: the model's vocabulary."""
@@ -162,11 +183,14 @@ class NllbTokenizer:
         if not 0 <= id < self._size:
             raise ValueError(f"`id` must be in [0, {self._size}), received id={id!r}")
         model_id = int(self.model_ids[int(id)])
-        return self._tokenizer.id_to_token(model_id) or f"<row {model_id}>"
+        return self._piece(model_id) or f"<row {model_id}>"
+
+    def _piece(self, model_id):
+        return self._tokenizer.id_to_token(model_id)
 
     def token_to_id(self, token):
         """The id of one piece (`UNK_ID` for a piece the tokenizer lacks)."""
-        model_id = self._tokenizer.token_to_id(token)
+        model_id = self.model_id(token)
         return UNK_ID if model_id is None or model_id >= self._size else int(self._ids[model_id])
 
     def check_languages(self):
@@ -176,8 +200,11 @@ class NllbTokenizer:
 
     def piece_ids(self, texts):
         """Each text's piece ids, without language tokens or `</s>`."""
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [self._ids[np.asarray(encoding.ids, np.int64)].tolist() for encoding in encodings]
+        return [self._ids[np.asarray(row, np.int64)].tolist() for row in self._encode(list(texts))]
+
+    def _encode(self, texts):
+        """The model's ids of each text's pieces."""
+        return [encoding.ids for encoding in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def tokenize(self, inputs):
         """Source ids of a string (int32 array) or of a list of strings (lists of ints), language and `</s>` added.
@@ -213,12 +240,16 @@ class NllbTokenizer:
         """Strings of a list of target id sequences (or one string of one sequence)."""
         rows, batched = id_rows(inputs)
         model_rows = [[int(self.model_ids[i]) for i in row if 0 <= i < self._size] for row in rows]
-        texts = self._tokenizer.decode_batch(model_rows, skip_special_tokens=True)
+        texts = self._decode(model_rows)
         return texts if batched else texts[0]
+
+    def _decode(self, model_rows):
+        """Strings of rows of the model's ids, the specials and the language tokens skipped."""
+        return self._tokenizer.decode_batch(model_rows, skip_special_tokens=True)
 
     def __repr__(self):
         languages = f", {self.source_language} to {self.target_language}" if self.target_language else ""
-        return f"<NllbTokenizer: {self._size} ids{languages}, {self.directory}>"
+        return f"<{type(self).__name__}: {self._size} ids{languages}, {self.directory}>"
 
 
 def _language_codes(config, tokenizer, special_keys):

@@ -1,9 +1,11 @@
-"""A run folder's tokenizer: the one SentencePiece vocabulary of a run trained here, Marian's files, or NLLB's.
+"""A run folder's tokenizer: the SentencePiece vocabulary of a run trained here, or Marian's, NLLB's, M2M-100's files.
 
 A run trained here holds `vocabulary.spm`; a run imported from a Hugging
 Face Marian model holds Marian's two SentencePiece models and its id table
-instead (`run_files.MARIAN_VOCABULARY_FILES`). Everything that opens a
-run's tokenizer asks here.
+instead (`run_files.MARIAN_VOCABULARY_FILES`); one imported from NLLB-200
+holds its `tokenizer.json`, and one from M2M-100 its `sentencepiece.bpe.model`
+and `vocab.json` (`m2m100_tokenizer`). Everything that opens a run's
+tokenizer asks here.
 """
 
 import json
@@ -16,13 +18,15 @@ from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.run_files import VOCABULARY_FILE
 
 
-# An imported NLLB-200 / M2M-100 run: transformers' tokenizer.json, and the model's Hugging Face config.
+# An imported NLLB-200 / M2M-100 run: its tokenizer's files (NLLB's tokenizer.json, or M2M-100's
+# sentencepiece.bpe.model and vocab.json: `m2m100_tokenizer.m2m100_tokenizer_files`), and the model's
+# Hugging Face config.
 NLLB_TOKENIZER_FILE = "tokenizer.json"
 NLLB_CONFIG_FILE = "nllb_config.json"
 
 
 def is_nllb_run(run_directory):
-    """Whether a run folder was imported from NLLB-200 or M2M-100 (`tokenizer.json` beside `nllb_config.json`).
+    """Whether a run folder was imported from NLLB-200 or M2M-100 (its tokenizer's files beside `nllb_config.json`).
 
     Example:
 
@@ -30,7 +34,9 @@ def is_nllb_run(run_directory):
     >>> is_nllb_run(tempfile.mkdtemp())
     False
     """
-    return all(os.path.isfile(os.path.join(run_directory, name)) for name in (NLLB_TOKENIZER_FILE, NLLB_CONFIG_FILE))
+    from keras_transformer_runtime.m2m100_tokenizer import m2m100_tokenizer_files
+
+    return os.path.isfile(os.path.join(run_directory, NLLB_CONFIG_FILE)) and bool(m2m100_tokenizer_files(run_directory))
 
 
 def is_marian_run(run_directory):
@@ -74,7 +80,9 @@ def vocabulary_files(run_directory):
     ('vocabulary.spm',)
     """
     if is_nllb_run(run_directory):
-        return (NLLB_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, NLLB_CONFIG_FILE)
+        from keras_transformer_runtime.m2m100_tokenizer import m2m100_tokenizer_files
+
+        return (*m2m100_tokenizer_files(run_directory), NLLB_CONFIG_FILE)
     if not is_marian_run(run_directory):
         return (VOCABULARY_FILE,)
     separate = has_target_vocabulary_of_its_own(run_directory)
@@ -82,15 +90,17 @@ def vocabulary_files(run_directory):
 
 
 def load_run_tokenizer(run_directory, source_language=None, target_language=None):
-    """The tokenizer of a run folder: `SentencePieceTokenizer`, or `MarianTokenizer` for an imported Marian run.
+    """The tokenizer of a run folder: `SentencePieceTokenizer`, or an imported run's (`MarianTokenizer`, ...).
 
     Args:
         run_directory: a run folder.
-        source_language, target_language: the languages of an NLLB-200
-            run (`NllbTokenizer.with_languages`); others take theirs from the text.
+        source_language, target_language: the languages of an NLLB-200 or
+            M2M-100 run (`NllbTokenizer.with_languages`); others take theirs from the text.
 
     Returns:
-        A tokenizer with `tokenize`, `detokenize`, `vocabulary_size`, `get_vocabulary`.
+        A tokenizer with `tokenize`, `detokenize`, `vocabulary_size`, `get_vocabulary`:
+        `SentencePieceTokenizer`, or `MarianTokenizer`, `NllbTokenizer` or
+        `M2m100Tokenizer` for a run imported from Marian, NLLB-200 or M2M-100.
 
     Raises:
         FileNotFoundError: the vocabulary file is missing.
@@ -106,10 +116,10 @@ def load_run_tokenizer(run_directory, source_language=None, target_language=None
     """
     if is_nllb_run(run_directory):
         from keras_transformer_runtime.marian_tokenizer import read_json_object
-        from keras_transformer_runtime.nllb_tokenizer import NllbTokenizer
+        from keras_transformer_runtime.m2m100_tokenizer import open_m2m100_tokenizer
 
         config = read_json_object(os.path.join(run_directory, NLLB_CONFIG_FILE), "an imported NLLB run holds it.")
-        return NllbTokenizer(run_directory, config.get("vocab_size"), source_language, target_language)
+        return open_m2m100_tokenizer(run_directory, config.get("vocab_size"), source_language, target_language)
     if is_marian_run(run_directory):
         from keras_transformer_runtime.marian_tokenizer import MarianTokenizer
 

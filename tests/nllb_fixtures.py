@@ -1,4 +1,8 @@
-"""A small NLLB-200 model made with transformers (random weights), saved as the hub holds one: for the NLLB tests."""
+"""A small NLLB-200 or M2M-100 model made with transformers (random weights), saved as the hub holds one.
+
+For the NLLB-200 tests (`make_nllb_folder`) and the M2M-100 ones
+(`make_nllb_folder(..., make_tokenizer=make_m2m100_tokenizer)`).
+"""
 
 import json
 
@@ -29,12 +33,53 @@ def make_nllb_tokenizer(folder, pieces=160):
     return tokenizer
 
 
-def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extra_rows=2, init_std=0.5, eos_scale=2.5):
-    """Saves a small random `M2M100ForConditionalGeneration` with an NLLB tokenizer in `folder`.
+def make_m2m100_tokenizer(folder, pieces=120):
+    """Saves an `M2M100Tokenizer` in `folder`, as transformers 5 re-saves `facebook/m2m100_418M`'s.
+
+    A SentencePiece BPE of `pieces` learned on a few sentences, and a
+    `vocab.json` in fairseq's order (`<s>`, `<pad>`, `</s>`, `<unk>`, then
+    the pieces shuffled, one left out: it tokenizes as `<unk>`), M2M-100's
+    100 language tokens named (`additional_special_tokens`), so that
+    `tokenizer_config.json` holds their ids (`added_tokens_decoder`).
+    """
+    import io
+    import os
+    import random
+
+    import sentencepiece
+    from transformers import M2M100Tokenizer
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(_CORPUS * 3), model_writer=model, model_type="bpe", vocab_size=pieces,
+        character_coverage=1.0, input_sentence_size=0, hard_vocab_limit=False, shuffle_input_sentence=False,
+        num_threads=1, minloglevel=2)
+    os.makedirs(folder, exist_ok=True)
+    spm_path, vocab_path = os.path.join(folder, "sentencepiece.bpe.model"), os.path.join(folder, "vocab.json")
+    with open(spm_path, "wb") as f:
+        f.write(model.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_file=spm_path)
+    words = [processor.id_to_piece(i) for i in range(processor.get_piece_size()) if not processor.is_control(i)
+             and not processor.is_unknown(i)]
+    random.Random(0).shuffle(words)
+    vocab = {piece: i for i, piece in enumerate(["<s>", "<pad>", "</s>", "<unk>", *words[1:]])}
+    with open(vocab_path, "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    languages = [f"__{code}__" for code in FAIRSEQ_LANGUAGE_CODES["m2m100"]]
+    tokenizer = M2M100Tokenizer(vocab_path, spm_path, src_lang="es", tgt_lang="fr",
+                                additional_special_tokens=languages)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extra_rows=2, init_std=0.5, eos_scale=2.5,
+                     make_tokenizer=make_nllb_tokenizer):
+    """Saves a small random `M2M100ForConditionalGeneration` with an NLLB tokenizer (or `make_tokenizer`'s) in `folder`.
 
     Every bias and LayerNorm parameter is random (transformers starts them
     at 0 and 1), and the vocabulary has `extra_rows` rows the tokenizer
-    lacks, as NLLB-200's has two.
+    lacks, as NLLB-200's has two (M2M-100's eight).
 
     Returns:
         The folder.
@@ -43,7 +88,7 @@ def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extr
     from transformers import M2M100Config
     from transformers import M2M100ForConditionalGeneration
 
-    tokenizer = make_nllb_tokenizer(folder)
+    tokenizer = make_tokenizer(folder)
     config = M2M100Config(vocab_size=len(tokenizer) + extra_rows, d_model=d_model, encoder_layers=layers,
                           decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
                           encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=64, dropout=0.0,
@@ -59,7 +104,7 @@ def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extr
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1
                                 + (1.0 if "layer_norm.weight" in name else 0.0))
             elif name.endswith("shared.weight"):
-                # Short rows for the 202 language tokens, so that the model writes pieces too.
+                # Short rows for the language tokens, so that the model writes pieces too.
                 rows = torch.randn(parameter.shape, generator=generator)
                 rows[tokenizer.convert_tokens_to_ids(list(tokenizer.extra_special_tokens))] *= 0.05
                 rows[config.eos_token_id] *= eos_scale  # a longer </s> row: some translations end

@@ -357,7 +357,7 @@ def test_an_nllb_run_exported_to_ctranslate2_translates_as_generate(imported_run
 
 
 @pytest.mark.backend_independent
-def test_an_m2m100_folder_without_tokenizer_json_is_refused_in_one_line(nllb_folder, tmp_path, capsys):
+def test_a_folder_without_either_tokenizer_is_refused_in_one_line(nllb_folder, tmp_path, capsys):
     import shutil
 
     folder = tmp_path / "m2m100"
@@ -367,5 +367,5 @@ def test_an_m2m100_folder_without_tokenizer_json_is_refused_in_one_line(nllb_fol
         main(["import", str(folder), "--output", str(tmp_path / "out")])
     error = capsys.readouterr().err.strip().splitlines()
     assert refused.value.code == 2 and len(error) == 1, error
-    assert "tokenizer.json: missing; the import reads NLLB's tokenizer.json" in error[0]
+    assert "no tokenizer.json (NLLB-200), nor sentencepiece.bpe.model and vocab.json (M2M-100)" in error[0]
     assert not (tmp_path / "out").exists()

@@ -1,7 +1,8 @@
 """`keras-transformer import`: whichever Hugging Face translator a folder or hub id holds, by its `config.json`.
 
 `model_type` "marian" (OPUS-MT) goes to `marian.import_marian`; "m2m_100"
-(NLLB-200) to `nllb.import_nllb`; any other is refused in one line.
+(NLLB-200, or M2M-100 with its own tokenizer) to `nllb.import_nllb`; any
+other is refused in one line.
 """
 
 import os
@@ -11,7 +12,7 @@ from keras_transformer.checkpoints.hugging_face_files import fetch_folder
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.marian_tokenizer import read_json_object
 
-FAMILIES = {"marian": "Marian (OPUS-MT)", "m2m_100": "NLLB-200 (M2M-100's model)"}
+FAMILIES = {"marian": "Marian (OPUS-MT)", "m2m_100": "NLLB-200 or M2M-100"}
 
 
 def model_family(folder):
@@ -40,7 +41,7 @@ def model_family(folder):
 
 
 def import_hugging_face(source, output, overwrite=False):
-    """Writes a run folder from a Hugging Face Marian or NLLB-200 model (a folder, or a hub id fetched).
+    """Writes a run folder from a Hugging Face Marian, NLLB-200 or M2M-100 model (a folder, or a hub id fetched).
 
     Args:
         source: a local folder or a hub id.

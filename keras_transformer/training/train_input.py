@@ -161,9 +161,10 @@ class TrainInput:
     A `vocabulary_from` run imported from Marian (`checkpoints.marian`)
     keeps its two SentencePiece models and id table, and its batches come
     from the python pipeline (`MarianTokenizer`); it does not stream yet.
-    One imported from NLLB-200 keeps its `tokenizer.json`, and `languages`
+    One imported from NLLB-200 keeps its `tokenizer.json` (from M2M-100,
+    its `sentencepiece.bpe.model` and `vocab.json`), and `languages`
     (`(source, target)` codes, both needed) put its language tokens where
-    NLLB's tokenizer puts them.
+    its tokenizer puts them.
 
     Example:
 
@@ -196,7 +197,7 @@ class TrainInput:
 
     @property
     def nllb(self):
-        """Whether the vocabulary is an imported NLLB-200 run's (`tokenizer.json`, language tokens)."""
+        """Whether the vocabulary is an imported NLLB-200 or M2M-100 run's (language tokens: `is_nllb_run`)."""
         return self.vocabulary_from is not None and is_nllb_run(self.vocabulary_from)
 
     def read_corpus(self, log=print):

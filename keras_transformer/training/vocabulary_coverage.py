@@ -85,14 +85,14 @@ def _marian_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
 
 
 def _nllb_unknown_shares(pairs, run, sample=_SAMPLE_PAIRS):
-    """`unknown_shares` for an imported NLLB-200 run: the share of each side's pieces that are `<unk>`.
+    """`unknown_shares` for an imported NLLB-200 or M2M-100 run: the share of each side's pieces that are `<unk>`.
 
     Each piece counts one: NLLB's BPE fuses a run of unknown characters into one `<unk>`.
     """
-    from keras_transformer_runtime.nllb_tokenizer import NllbTokenizer
+    from keras_transformer_runtime.m2m100_tokenizer import open_m2m100_tokenizer
     from keras_transformer_runtime.special_tokens import UNK_ID
 
-    tokenizer = NllbTokenizer(run)
+    tokenizer = open_m2m100_tokenizer(run)
     return tuple(
         _unknown_share(("x", i == UNK_ID) for row in tokenizer.piece_ids([getattr(pair, side)
                                                                              for pair in pairs[:sample]])

@@ -12,7 +12,7 @@ from keras_transformer.checkpoints.nllb.config import NllbArchitecture
 from keras_transformer.checkpoints.nllb.config import read_architecture
 from keras_transformer.checkpoints.nllb.weights import nllb_weights
 from keras_transformer_runtime.errors import UserInputError
-from keras_transformer_runtime.nllb_tokenizer import TOKENIZER_FILE
+from keras_transformer_runtime.m2m100_tokenizer import open_m2m100_tokenizer
 from keras_transformer_runtime.nllb_tokenizer import NllbTokenizer
 
 
@@ -22,7 +22,7 @@ class NllbCheckpoint(typing.NamedTuple):
     Attributes:
         directory: the folder.
         architecture: its `NllbArchitecture`.
-        tokenizer: its `NllbTokenizer`.
+        tokenizer: its `NllbTokenizer` (an `M2m100Tokenizer` for M2M-100's own).
         weights: the model's weights by variable path (`nllb_weights`).
     """
 
@@ -33,12 +33,13 @@ class NllbCheckpoint(typing.NamedTuple):
 
 
 def read_nllb(directory):
-    """Reads and checks a Hugging Face NLLB-200 folder: config, tokenizer and weights.
+    """Reads and checks a Hugging Face NLLB-200 or M2M-100 folder: config, tokenizer and weights.
 
     Args:
-        directory: an `M2M100ForConditionalGeneration` folder with an NLLB
-            tokenizer (`config.json`, `model.safetensors` or
-            `pytorch_model.bin`, `tokenizer.json`, `tokenizer_config.json`).
+        directory: an `M2M100ForConditionalGeneration` folder (`config.json`,
+            `model.safetensors` or `pytorch_model.bin`, `tokenizer_config.json`)
+            with an NLLB tokenizer (`tokenizer.json`) or M2M-100's
+            (`sentencepiece.bpe.model`, `vocab.json`).
 
     Returns:
         An `NllbCheckpoint`.
@@ -49,13 +50,10 @@ def read_nllb(directory):
     """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
-        raise UserInputError(f"{directory}: not a folder; pass a Hugging Face NLLB-200 model folder.")
+        raise UserInputError(f"{directory}: not a folder; pass a Hugging Face NLLB-200 or M2M-100 model folder.")
     architecture = read_architecture(directory)
-    tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
-    if not os.path.isfile(tokenizer_path):
-        raise UserInputError(f"{tokenizer_path}: missing; the import reads NLLB's tokenizer.json (an M2M-100 "
-                             "folder with only sentencepiece.bpe.model and vocab.json is not imported yet).")
-    tokenizer = NllbTokenizer(directory, architecture.vocabulary_size)
+    tokenizer = open_m2m100_tokenizer(directory, architecture.vocabulary_size)
+    tokenizer_path = tokenizer.path
     pieces = tokenizer.piece_count()
     if pieces > architecture.vocabulary_size:
         raise UserInputError(f"{tokenizer_path}: {pieces} pieces, more than config.json's vocab_size "
@@ -93,7 +91,7 @@ def build_model(checkpoint):
 
 
 def load_nllb(directory):
-    """A Hugging Face NLLB-200 model as a Keras model and its tokenizer.
+    """A Hugging Face NLLB-200 (or M2M-100) model as a Keras model and its tokenizer.
 
     The model is a `keras_transformer.models.transformer()` model (the
     package's layers: pre-LN with a final norm a stack, fairseq's
@@ -101,11 +99,11 @@ def load_nllb(directory):
     saves as `.keras`.
 
     Args:
-        directory: a local NLLB-200 folder.
+        directory: a local NLLB-200 or M2M-100 folder.
 
     Returns:
         `(model, tokenizer)`: the `keras.Model` and its `NllbTokenizer`
-        (`with_languages` sets the pair to translate).
+        (`M2m100Tokenizer` for M2M-100; `with_languages` sets the pair to translate).
 
     Raises:
         UserInputError: see `read_nllb`.

@@ -1,10 +1,10 @@
-"""An NLLB-200 run (imported, perhaps fine-tuned since) as a Hugging Face folder: `export --format nllb`.
+"""An NLLB-200 or M2M-100 run (imported, perhaps fine-tuned since) as a Hugging Face folder: `export --format nllb`.
 
 The folder loads with `M2M100ForConditionalGeneration.from_pretrained`
 and `AutoTokenizer.from_pretrained` and gives the run's logits: the
 import's mapping run backwards (ids back in the model's order, kernels
 transposed to `Linear`'s `(outputs, inputs)`), with the run's own
-`nllb_config.json` as `config.json` and its tokenizer's files.
+`nllb_config.json` as `config.json` and its tokenizer's files (NLLB's or M2M-100's).
 """
 
 import json
@@ -19,19 +19,18 @@ from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
 from keras_transformer.checkpoints.layer_weights import layer_tensor_names
 from keras_transformer.checkpoints.nllb.config import read_architecture
 from keras_transformer_runtime.errors import UserInputError
-from keras_transformer_runtime.nllb_tokenizer import TOKENIZER_FILE
+from keras_transformer_runtime.m2m100_tokenizer import m2m100_tokenizer_files
 from keras_transformer_runtime.run_files import MODEL_FILE
-from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
 from keras_transformer_runtime.run_tokenizer import NLLB_CONFIG_FILE
 from keras_transformer_runtime.run_tokenizer import is_nllb_run
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 
 
 def export_nllb(run_directory, out, force=False):
-    """Writes an NLLB-200 run as a Hugging Face folder that transformers loads with the run's logits.
+    """Writes an NLLB-200 or M2M-100 run as a Hugging Face folder that transformers loads with the run's logits.
 
     Args:
-        run_directory: a run imported from NLLB-200 (`import_nllb`), perhaps fine-tuned since.
+        run_directory: a run imported from NLLB-200 or M2M-100 (`import_nllb`), perhaps fine-tuned since.
         out: the folder to write.
         force: replace `out` if it holds files.
 
@@ -39,7 +38,7 @@ def export_nllb(run_directory, out, force=False):
         The `config.json` written, as a dict.
 
     Raises:
-        UserInputError: the run is not an NLLB-200 run, or `out` holds files and `force` is False.
+        UserInputError: the run is not an NLLB-200 or M2M-100 run, or `out` holds files and `force` is False.
 
     Example:
 
@@ -50,8 +49,9 @@ def export_nllb(run_directory, out, force=False):
     from keras_transformer import model_file
 
     if not is_nllb_run(run_directory):
-        raise UserInputError(f"export --format nllb: {run_directory} is not a run imported from NLLB-200 "
-                             "(no tokenizer.json beside nllb_config.json); export --format marian writes other runs.")
+        raise UserInputError(f"export --format nllb: {run_directory} is not a run imported from NLLB-200 or M2M-100 "
+                             "(no tokenizer.json, nor sentencepiece.bpe.model and vocab.json, beside "
+                             "nllb_config.json); export --format marian writes other runs.")
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise UserInputError(f"--out {out}: holds files; pass --force to replace them.")
     architecture = read_architecture(run_directory, NLLB_CONFIG_FILE)
@@ -71,7 +71,7 @@ def export_nllb(run_directory, out, force=False):
     os.makedirs(out, exist_ok=True)
     save_file(tensors, os.path.join(out, SAFETENSORS_FILE), metadata={"format": "pt"})
     shutil.copyfile(os.path.join(run_directory, NLLB_CONFIG_FILE), os.path.join(out, CONFIG_FILE))
-    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, GENERATION_CONFIG_FILE):
+    for name in (*m2m100_tokenizer_files(run_directory), GENERATION_CONFIG_FILE):
         if os.path.isfile(os.path.join(run_directory, name)):
             shutil.copyfile(os.path.join(run_directory, name), os.path.join(out, name))
     with open(os.path.join(out, CONFIG_FILE), encoding="utf-8") as f:
