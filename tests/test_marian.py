@@ -353,6 +353,8 @@ def test_an_imported_run_fine_tunes_with_marians_tokenizer_and_start(marian_fold
         tuned = Translator.from_directory(str(output), beam_width=1)
         assert tuned.decoder.start_id == 0 and isinstance(tuned("Y dijo Dios."), str)
         assert json.loads((output / "config.json").read_text())["model_options"]["sinusoid_layout"] == "halves"
+        # generate()'s search, imported with the model, stays the tuned run's default.
+        assert (output / "generation.json").read_text() == (run / "generation.json").read_text()
 
 
 class MarianIds:

@@ -247,15 +247,18 @@ class TrainInput:
         """
         from keras_transformer_runtime.sentence_piece_tokenizer import train_tokenizer
 
-        if self.marian:
-            from keras_transformer.checkpoints.marian import copy_vocabulary_files
+        if self.marian or self.nllb:
+            if self.marian:
+                from keras_transformer.checkpoints.marian import copy_vocabulary_files as copy_files
+            else:
+                from keras_transformer.checkpoints.nllb.run_import import copy_tokenizer_files as copy_files
+            from keras_transformer_runtime.search_defaults import GENERATION_FILE
 
-            copy_vocabulary_files(self.vocabulary_from, os.path.dirname(path))
-            return
-        if self.nllb:
-            from keras_transformer.checkpoints.nllb.run_import import copy_tokenizer_files
-
-            copy_tokenizer_files(self.vocabulary_from, os.path.dirname(path))
+            copy_files(self.vocabulary_from, os.path.dirname(path))
+            # The imported model's search (`generate()`'s settings) stays the tuned run's default.
+            if os.path.isfile(os.path.join(self.vocabulary_from, GENERATION_FILE)):
+                shutil.copyfile(os.path.join(self.vocabulary_from, GENERATION_FILE),
+                                os.path.join(os.path.dirname(path), GENERATION_FILE))
             return
         if self.vocabulary_from is not None:
             shutil.copyfile(os.path.join(self.vocabulary_from, VOCABULARY_FILE), path)
