@@ -151,3 +151,41 @@ def nllb_generate(model, tokenizer, sentences, source, target, beams=1, max_new_
         generated = model.generate(**batch, num_beams=beams, do_sample=False, **limit,
                                    forced_bos_token_id=tokenizer.convert_tokens_to_ids(target))
     return tokenizer.batch_decode(generated, skip_special_tokens=True), np.asarray(generated)
+
+
+def assert_batches_tokenized_as(run, their_tokenizer, languages, tmp_path, name):
+    """`train --from RUN`'s dev batches hold the shortest dev pair as `their_tokenizer` (transformers') gives it.
+
+    The source as theirs, the labels as their target, and the decoder's
+    input `</s>` then the target less its last token (NLLB-200's and
+    M2M-100's teacher forcing).
+    """
+    import numpy as np
+    from conftest import FIXTURE_CORPUS
+
+    from keras_transformer.data.parallel_corpus import ParallelCorpus
+    from keras_transformer.training.train_input import TrainInput
+    from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+    from keras_transformer_runtime.special_tokens import END_ID
+    from keras_transformer_runtime.special_tokens import PAD_ID
+
+    tokenizer = load_run_tokenizer(run)
+    inputs = TrainInput(ParallelCorpus(FIXTURE_CORPUS), max_length=64, batch_tokens=400, vocabulary_from=str(run),
+                        decoder_start_id=END_ID, languages=languages)
+    corpus_data = inputs.read_corpus(log=lambda line: None)  # also checks how much of it the vocabulary spells
+    inputs.write_vocabulary(corpus_data, str(tmp_path / "vocabulary.spm"))
+    dev = inputs.train_data(corpus_data, str(tmp_path / "vocabulary.spm"), 0, lambda line: None).dev
+    pair = min(corpus_data.splits["dev"], key=lambda pair: len(pair.source) + len(pair.target))
+    source = their_tokenizer([pair.source])["input_ids"][0]
+    target = their_tokenizer(text_target=[pair.target])["input_ids"][0]
+
+    def theirs(row):
+        row = np.asarray(row)
+        return tokenizer.model_ids[row[row != PAD_ID]].tolist()
+
+    rows = [(batch, labels, i) for batch, labels in (dev[j] for j in range(dev.num_batches))
+            for i in range(len(labels)) if theirs(batch["encoder_tokens"][i]) == source]
+    assert rows, f"the pair's source is not tokenized as {name} does"
+    batch, labels, row = rows[0]
+    assert theirs(labels[row]) == target
+    assert theirs(batch["decoder_tokens"][row]) == [2, *target[:-1]]

@@ -27,6 +27,7 @@ from keras_transformer_runtime.run_tokenizer import load_run_tokenizer  # noqa: 
 from keras_transformer_runtime.special_tokens import END_ID  # noqa: E402
 from keras_transformer_runtime.special_tokens import PAD_ID  # noqa: E402
 from tests.nllb_fixtures import SENTENCES  # noqa: E402
+from tests.nllb_fixtures import assert_batches_tokenized_as  # noqa: E402
 from tests.nllb_fixtures import load_nllb_reference  # noqa: E402
 from tests.nllb_fixtures import make_m2m100_tokenizer  # noqa: E402
 from tests.nllb_fixtures import make_nllb_folder  # noqa: E402
@@ -252,32 +253,11 @@ def test_export_writes_an_m2m100_folder_transformers_loads_with_the_same_logits(
 def test_an_imported_run_fine_tunes_with_m2m100_tokenizers_batches(imported_run, m2m100_folder, tmp_path):
     from conftest import FIXTURE_CORPUS
 
-    from keras_transformer.data.parallel_corpus import ParallelCorpus
     from keras_transformer.training.train_config import TrainConfig
-    from keras_transformer.training.train_input import TrainInput
     from keras_transformer.training.trainer import train_translator
 
-    tokenizer = load_run_tokenizer(imported_run)
-    inputs = TrainInput(ParallelCorpus(FIXTURE_CORPUS), max_length=64, batch_tokens=400,
-                        vocabulary_from=str(imported_run), decoder_start_id=END_ID, languages=("es", "en"))
-    corpus_data = inputs.read_corpus(log=lambda line: None)  # also checks how much of it the vocabulary spells
-    inputs.write_vocabulary(corpus_data, str(tmp_path / "vocabulary.spm"))
-    dev = inputs.train_data(corpus_data, str(tmp_path / "vocabulary.spm"), 0, lambda line: None).dev
-    their_tokenizer = _their_tokenizer(m2m100_folder, "es", "en")
-    pair = min(corpus_data.splits["dev"], key=lambda pair: len(pair.source) + len(pair.target))
-    source = their_tokenizer([pair.source])["input_ids"][0]
-    target = their_tokenizer(text_target=[pair.target])["input_ids"][0]
-
-    def theirs(row):
-        row = np.asarray(row)
-        return tokenizer.model_ids[row[row != PAD_ID]].tolist()
-
-    rows = [(batch, labels, i) for batch, labels in (dev[j] for j in range(dev.num_batches))
-            for i in range(len(labels)) if theirs(batch["encoder_tokens"][i]) == source]
-    assert rows, "the pair's source is not tokenized as M2M100Tokenizer does"
-    batch, labels, row = rows[0]
-    assert theirs(labels[row]) == target
-    assert theirs(batch["decoder_tokens"][row]) == [2, *target[:-1]]
+    assert_batches_tokenized_as(imported_run, _their_tokenizer(m2m100_folder, "es", "en"), ("es", "en"), tmp_path,
+                                "M2M100Tokenizer")
 
     output = tmp_path / "tuned"
     config = TrainConfig(output=str(output), corpus=FIXTURE_CORPUS, start_from=str(imported_run), epochs=1,

@@ -23,6 +23,7 @@ from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import PAD_ID
 from tests.nllb_fixtures import SENTENCES
+from tests.nllb_fixtures import assert_batches_tokenized_as
 from tests.nllb_fixtures import load_nllb_reference
 from tests.nllb_fixtures import make_nllb_folder
 from tests.nllb_fixtures import nllb_generate
@@ -226,28 +227,9 @@ def test_an_imported_run_fine_tunes_with_nllbs_language_tokens(imported_run, nll
     from keras_transformer.training.train_input import TrainInput
     from keras_transformer.training.trainer import train_translator
 
-    tokenizer = load_run_tokenizer(imported_run)
     # The batches are NLLB's teacher forcing: [spa_Latn] source </s>; decoder [</s> eng_Latn ...], labels [eng_Latn ... </s>].
-    inputs = TrainInput(ParallelCorpus(FIXTURE_CORPUS), max_length=64, batch_tokens=400, vocabulary_from=imported_run,
-                        decoder_start_id=END_ID, languages=("spa_Latn", "eng_Latn"))
-    corpus_data = inputs.read_corpus(log=lambda line: None)
-    inputs.write_vocabulary(corpus_data, str(tmp_path / "vocabulary.spm"))
-    dev = inputs.train_data(corpus_data, str(tmp_path / "vocabulary.spm"), 0, lambda line: None).dev
-    their_tokenizer = reference_tokenizer(nllb_folder, "spa_Latn", "eng_Latn")
-    pair = min(corpus_data.splits["dev"], key=lambda pair: len(pair.source) + len(pair.target))
-    source = their_tokenizer([pair.source])["input_ids"][0]
-    target = their_tokenizer(text_target=[pair.target])["input_ids"][0]
-
-    def theirs(row):
-        row = np.asarray(row)
-        return tokenizer.model_ids[row[row != PAD_ID]].tolist()
-
-    rows = [(batch, labels, i) for batch, labels in (dev[j] for j in range(dev.num_batches))
-            for i in range(len(labels)) if theirs(batch["encoder_tokens"][i]) == source]
-    assert rows, "the pair's source is not tokenized as NllbTokenizer does"
-    batch, labels, row = rows[0]
-    assert theirs(labels[row]) == target
-    assert theirs(batch["decoder_tokens"][row]) == [2, *target[:-1]]
+    assert_batches_tokenized_as(imported_run, reference_tokenizer(nllb_folder, "spa_Latn", "eng_Latn"),
+                                ("spa_Latn", "eng_Latn"), tmp_path, "NllbTokenizer")
 
     with pytest.raises(UserInputError, match="pass --target-language CODE"):
         TrainInput(ParallelCorpus(FIXTURE_CORPUS), max_length=64, batch_tokens=400, vocabulary_from=imported_run,
