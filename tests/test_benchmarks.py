@@ -1,4 +1,10 @@
-"""The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run."""
+"""The benchmark harness: FLOPs arithmetic, the three reference builds, retraces, a quick run.
+
+The tests that build the reference models or run a benchmark script in
+miniature are marked `benchmark_scripts`: CI runs them under every backend,
+the contributor's loop leaves them out (the package's own behaviour is
+tested elsewhere).
+"""
 
 import json
 import os
@@ -85,6 +91,7 @@ def test_reference_models_have_the_same_parameter_count():
     assert len(set(counts.values())) == 1, counts
 
 
+@pytest.mark.benchmark_scripts
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_reference_models_give_logits_of_one_shape_and_train_one_step(implementation, rng):
     model = build_model(implementation, QUICK, max_length=16)
@@ -99,6 +106,7 @@ def test_reference_models_give_logits_of_one_shape_and_train_one_step(implementa
     assert any(not np.array_equal(b, to_numpy(w)) for b, w in zip(before, model.trainable_weights))
 
 
+@pytest.mark.benchmark_scripts
 def test_tutorial_model_honours_padding(rng):
     # The tutorial's masks come from Embedding(mask_zero=True) alone: more
     # padding after the source must not change any logit.
@@ -110,6 +118,7 @@ def test_tutorial_model_honours_padding(rng):
     np.testing.assert_allclose(to_numpy(model(inputs)), to_numpy(model(padded_more)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.benchmark_scripts
 def test_keras_hub_cache_gives_the_greedy_tokens_of_a_full_forward_pass(rng):
     from keras_transformer_runtime.special_tokens import START_ID
     from keras_transformer.decoding import greedy_search
@@ -126,6 +135,7 @@ def test_keras_hub_cache_gives_the_greedy_tokens_of_a_full_forward_pass(rng):
     np.testing.assert_array_equal(np.argmax(logits, axis=-1), tokens)
 
 
+@pytest.mark.benchmark_scripts
 def test_training_step_is_traced_once_per_batch_shape(rng):
     if keras.backend.backend() == "torch":
         pytest.skip("torch trains eagerly (jit_compile='auto' is False on torch): the Python step runs every "
@@ -147,6 +157,7 @@ def test_training_step_is_traced_once_per_batch_shape(rng):
     assert fit(6) == 0, "a shape seen before is not traced again"
 
 
+@pytest.mark.benchmark_scripts
 def test_quick_run_writes_json_and_markdown(tmp_path):
     from benchmarks.run import main
 
@@ -227,6 +238,7 @@ def test_full_quick_run_covers_every_implementation_and_phase(tmp_path):
     assert (tmp_path / "results.md").is_file()
 
 
+@pytest.mark.benchmark_scripts
 def test_the_input_pipeline_benchmark_compares_the_same_batches_live_and_from_memory(tmp_path):
     from benchmarks import input_pipeline
 
@@ -266,6 +278,7 @@ def _decode_quick_args(out, *more):
             "--out", str(out), *more]
 
 
+@pytest.mark.benchmark_scripts
 def test_uncached_loop_is_timed_on_its_first_steps_over_the_full_prefix_and_says_so(tmp_path, monkeypatch):
     import keras_transformer.decoding
     from benchmarks import run
@@ -310,6 +323,7 @@ def test_sub_millisecond_cpu_times_keep_their_rates(tmp_path, monkeypatch):
     assert decode["cached_tokens_per_second_cpu"] > decode["cached_tokens_per_second"]
 
 
+@pytest.mark.benchmark_scripts
 def test_reference_uncached_loop_gives_the_tokens_of_keras_hubs_cache(rng):
     from keras_transformer.decoding import greedy_search
     from benchmarks.phases import ReferenceUncachedDecoder
@@ -479,6 +493,7 @@ def test_no_two_benchmark_modules_import_each_other_even_indirectly():
                 frontier |= graph.get(module, set())
 
 
+@pytest.mark.benchmark_scripts
 def test_translation_speed_times_translating_apart_and_counts_the_steps_after_the_end(trained_run, tmp_path):
     import doctest
 

@@ -212,6 +212,7 @@ def test_import_and_translate_on_the_command_line_give_generates_translations(im
     for name in ("sentencepiece.bpe.model", "vocab.json", "tokenizer_config.json", "added_tokens.json"):
         assert (imported_run / name).is_file(), name
     assert not (imported_run / "tokenizer.json").exists()
+    assert json.loads((imported_run / "imported.json").read_text())["format"] == "m2m100"
     assert isinstance(load_run_tokenizer(imported_run), M2m100Tokenizer)
     capsys.readouterr()
     flags = ["translate", "--model", str(imported_run), "--engine", "keras", "--no-repeat-ngram", "0",

@@ -15,6 +15,7 @@ from keras_transformer.checkpoints.nllb.checkpoint import build_model
 from keras_transformer.checkpoints.nllb.checkpoint import read_nllb
 from keras_transformer.checkpoints.nllb.checkpoint import run_config
 from keras_transformer_runtime.m2m100_tokenizer import M2M100_TOKENIZER_FILES
+from keras_transformer_runtime.m2m100_tokenizer import M2m100Tokenizer
 from keras_transformer_runtime.m2m100_tokenizer import m2m100_tokenizer_files
 from keras_transformer_runtime.nllb_tokenizer import TOKENIZER_FILE
 from keras_transformer_runtime.run_files import TOKENIZER_CONFIG_FILE
@@ -45,7 +46,7 @@ def import_nllb(source, output, overwrite=False):
     its `generation_config.json` where it has one, the run's own
     `config.json` (`run_config`: what `train --from` reads),
     `generation.json` (`generate()`'s search settings, the run's defaults)
-    and `imported.json` (where it came from). It is written beside `output`
+    and `imported.json` (where it came from, and the tokenizer's family: `nllb` or `m2m100`). It is written beside `output`
     and moved there whole, so a failure leaves nothing in `output`.
 
     Args:
@@ -79,7 +80,8 @@ def import_nllb(source, output, overwrite=False):
             json.dump(run_config(checkpoint), f, indent=2)
         write_generation_file(checkpoint.directory, folder)  # `generate()`'s search: the run's default
         with open(os.path.join(folder, IMPORTED_FILE), "w") as f:
-            json.dump({"format": "nllb", "source": os.fspath(source), "parameters": int(model.count_params())},
+            family = "m2m100" if isinstance(checkpoint.tokenizer, M2m100Tokenizer) else "nllb"
+            json.dump({"format": family, "source": os.fspath(source), "parameters": int(model.count_params())},
                       f, indent=2)
 
     write_run_folder(output, overwrite, write)
