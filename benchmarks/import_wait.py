@@ -8,8 +8,8 @@ resident memory from `os.wait4`):
 - transformers' load of the folder: the whole process (imports included)
   and `from_pretrained` alone, as transformers' users wait for it;
 - the libraries alone: a process that imports what `keras-transformer
-  import` imports (Keras, TensorFlow, which Keras' saving imports, and
-  this package), so that the import's own memory is its peak less this;
+  import` imports (Keras on JAX, and this package) and starts JAX's
+  device, so that the import's own memory is its peak less this;
 - `keras-transformer import FOLDER --output RUN`, with its phases
   (`KERAS_TRANSFORMER_TIMINGS=1`: `import` is Python's imports, `work`
   reading, building and saving);
@@ -52,9 +52,13 @@ imported = time.perf_counter()
 MarianMTModel.from_pretrained(sys.argv[1], local_files_only=True).eval()
 print(time.perf_counter() - imported)
 """
+# What `keras-transformer import` imports: Keras on JAX (`startup.choose_import_backend`), this package, no TensorFlow.
 _LIBRARIES = """
-import keras, tensorflow
+import os
+os.environ["KERAS_BACKEND"] = "jax"
+import keras
 from keras_transformer.checkpoints.hub_import import import_hugging_face
+keras.ops.convert_to_numpy(keras.ops.zeros(()))
 """
 
 

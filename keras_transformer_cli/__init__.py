@@ -214,6 +214,7 @@ def main(argv=None):
         startup.check_translate_arguments(args, parser)
     if hasattr(args, "engine"):
         args.engine = startup.translation_engine(args, parser)
+    startup.choose_import_backend(args)
     results = sys.stdout
     # Keras' progress bars assume a terminal: when stdout is a file or a pipe
     # they go, with the log lines, to stderr, and stdout keeps the results.

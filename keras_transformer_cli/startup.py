@@ -109,6 +109,18 @@ def check_translate_arguments(args, parser):
                      f"(got {len(args.text) or 'stdin'}).")
 
 
+def choose_import_backend(args):
+    """`import` builds and writes its model with Keras on JAX, where JAX is installed and Keras is not yet imported.
+
+    The run folder is the same whatever the backend, and JAX writes it
+    fastest: TensorFlow traces the model into a graph first, torch takes
+    longer to import (benchmarks/results/cpu-import-wait). Like
+    `translate`'s compiled engine, this is whatever KERAS_BACKEND says.
+    """
+    if args.command == "import" and "keras" not in sys.modules and importable("jax"):
+        os.environ["KERAS_BACKEND"] = "jax"
+
+
 def translation_engine(args, parser):
     """What runs the model for `translate` and `evaluate`: `"compiled"` or `"keras"` (see `--engine`).
 

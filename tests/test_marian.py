@@ -180,6 +180,36 @@ def test_import_writes_a_run_folder_that_translate_takes(marian_folder, imported
     assert refused.value.code == 2
 
 
+# A fresh process, as a user runs `keras-transformer import` with KERAS_BACKEND=tensorflow set.
+_IMPORT_IN_A_FRESH_PROCESS = """
+import json, sys
+from keras_transformer_cli import main
+code = main(["import", sys.argv[1], "--output", sys.argv[2]])
+import keras
+print(json.dumps({"code": code, "backend": keras.backend.backend(), "tensorflow": "tensorflow" in sys.modules}))
+"""
+
+
+@pytest.mark.end_to_end
+@pytest.mark.backend_independent
+def test_import_writes_its_run_with_keras_on_jax_without_importing_tensorflow(marian_folder, imported, tmp_path):
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    run = tmp_path / "run"
+    finished = subprocess.run([sys.executable, "-c", _IMPORT_IN_A_FRESH_PROCESS, str(marian_folder), str(run)],
+                              env={**os.environ, "KERAS_BACKEND": "tensorflow"}, capture_output=True, text=True,
+                              timeout=600)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    said = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert said == {"code": 0, "backend": "jax", "tensorflow": False}
+    written = keras.saving.load_model(run / "model.keras")
+    model, _ = imported
+    batch = {"encoder_tokens": np.array([[5, 9, 2, 0]], "int32"), "decoder_tokens": np.array([[0, 7, 8]], "int32")}
+    np.testing.assert_allclose(to_numpy(written(batch)), to_numpy(model(batch)), rtol=1e-5, atol=1e-5)
+
+
 def _copy(folder, tmp_path, name="broken"):
     target = tmp_path / name
     shutil.copytree(folder, target)

@@ -7,6 +7,9 @@ defaults are the same for both, and so are building the `transformer()`
 model from the mapped weights and the run's `config.json` (`train --from`).
 """
 
+import contextlib
+import sys
+
 from keras_transformer_runtime.errors import UserInputError
 
 # Keys that change nothing of the model whatever their value: where it came from,
@@ -119,8 +122,74 @@ def built_model(arguments, weights, name, family):
     if missing:
         raise RuntimeError(f"The {family} converter gives no value for {missing}.")
     for path, variable in variables.items():
-        variable.assign(weights[path]().astype(variable.dtype))
+        variable.assign(weights[path]().astype(variable.dtype, copy=False))
     return model
+
+
+def save_imported_model(model, path):
+    """`model.save(path)`, without importing TensorFlow where this process has not.
+
+    Keras' serialization asks whether TensorFlow is installed (to convert its
+    shapes and dtypes), and asking imports it: 4-5 s of an import's 6-11 s
+    under JAX or torch (benchmarks/results/cpu-import-wait). A process that
+    never imported TensorFlow holds none of its objects, so the answer
+    changes nothing in the file.
+
+    Args:
+        model: the `keras.Model` to write.
+        path: the `.keras` file.
+
+    Example:
+
+    >>> import keras, os, tempfile
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> save_imported_model(model, os.path.join(tempfile.mkdtemp(), "m.keras"))
+    """
+    with _tensorflow_unasked(), _weights_through_a_file():
+        model.save(path)
+
+
+@contextlib.contextmanager
+def _weights_through_a_file():
+    """Keras writes the weights' HDF5 file to a temporary file beside the `.keras`, not to memory.
+
+    Where it finds the memory, Keras builds the HDF5 file in memory and then
+    copies it into the zip: twice the weights' size at once, on top of the
+    model's own copy.
+    """
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:
+        yield
+        return
+    if not callable(getattr(saving_lib, "is_memory_sufficient", None)):
+        yield
+        return
+    in_memory = saving_lib.is_memory_sufficient
+    saving_lib.is_memory_sufficient = lambda model: False
+    try:
+        yield
+    finally:
+        saving_lib.is_memory_sufficient = in_memory
+
+
+@contextlib.contextmanager
+def _tensorflow_unasked():
+    """Keras' lazy `tensorflow` module says "not available" inside, where TensorFlow is not imported yet."""
+    try:
+        from keras.src.utils import module_utils
+    except ImportError:  # another Keras layout: it may import TensorFlow, which costs time only
+        yield
+        return
+    lazy = getattr(module_utils, "tensorflow", None)
+    if "tensorflow" in sys.modules or getattr(lazy, "_available", False) is not None:
+        yield
+        return
+    lazy._available = False
+    try:
+        yield
+    finally:
+        lazy._available = None
 
 
 def imported_run_config(arguments):

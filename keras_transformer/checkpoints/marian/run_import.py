@@ -3,6 +3,7 @@
 import json
 import os
 
+from keras_transformer.checkpoints.imported_model import save_imported_model
 from keras_transformer.checkpoints.marian.checkpoint import build_model
 from keras_transformer.checkpoints.marian.checkpoint import read_marian
 from keras_transformer.checkpoints.marian.checkpoint import run_config
@@ -88,7 +89,7 @@ def import_marian(source, output, overwrite=False):
     checkpoint = checkpoint._replace(weights={})  # its file's pages go before Keras buffers the model's to save it
 
     def write(staging):
-        model.save(os.path.join(staging, "model.keras"))
+        save_imported_model(model, os.path.join(staging, "model.keras"))
         copy_vocabulary_files(checkpoint.directory, staging)
         shutil.copyfile(os.path.join(checkpoint.directory, CONFIG_FILE), os.path.join(staging, MARIAN_CONFIG_FILE))
         with open(os.path.join(staging, CONFIG_FILE), "w") as f:  # the run's own: what `train --from` reads

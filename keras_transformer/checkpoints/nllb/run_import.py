@@ -11,6 +11,7 @@ from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
 from keras_transformer.checkpoints.hugging_face_files import check_output
 from keras_transformer.checkpoints.hugging_face_files import fetch_folder
 from keras_transformer.checkpoints.hugging_face_files import write_run_folder
+from keras_transformer.checkpoints.imported_model import save_imported_model
 from keras_transformer.checkpoints.nllb.checkpoint import build_model
 from keras_transformer.checkpoints.nllb.checkpoint import read_nllb
 from keras_transformer.checkpoints.nllb.checkpoint import run_config
@@ -71,7 +72,7 @@ def import_nllb(source, output, overwrite=False):
     checkpoint = checkpoint._replace(weights={})  # its file's pages go before Keras buffers the model's to save it
 
     def write(folder):
-        model.save(os.path.join(folder, "model.keras"))
+        save_imported_model(model, os.path.join(folder, "model.keras"))
         for name in (*m2m100_tokenizer_files(checkpoint.directory), GENERATION_CONFIG_FILE):
             if os.path.isfile(os.path.join(checkpoint.directory, name)):
                 shutil.copyfile(os.path.join(checkpoint.directory, name), os.path.join(folder, name))
