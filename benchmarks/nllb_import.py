@@ -22,8 +22,6 @@ import argparse
 import json
 import os
 import pathlib
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,12 +57,16 @@ print(loaded, *times, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def _timed(command):
-    """`(seconds, peak MB of the children so far)` of one command run to its end."""
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, timeout=3600)
-    if result.returncode:
-        raise RuntimeError(f"{' '.join(command[2:])} failed ({result.returncode}): {result.stderr.decode()[-3000:]}")
-    return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    """`(seconds, its own peak resident MB)` of one command run to its end in a fresh process.
+
+    The process's own high-water mark (`import_wait.run_process`): the
+    children's `ru_maxrss` is the largest of every child so far (transformers'
+    included) and holds the parent's size at `fork`.
+    """
+    from benchmarks.import_wait import run_process
+
+    wall, peak_mb, _, _ = run_process(command, env=dict(os.environ))
+    return wall, peak_mb
 
 
 def measure(work, shape="nllb-600m"):
@@ -80,9 +82,11 @@ def measure(work, shape="nllb-600m"):
     built = time.perf_counter() - start
     weights_mb = (folder / "model.safetensors").stat().st_size / 2**20
 
-    output = subprocess.run([sys.executable, "-c", _TRANSFORMERS, str(folder), SENTENCE, str(MAX_NEW_TOKENS)],
-                            check=True, capture_output=True, text=True, timeout=3600).stdout.split()
-    their_load, their_first, their_second, their_peak = map(float, output[-4:])
+    from benchmarks.import_wait import run_process
+
+    _, their_peak, stdout, _ = run_process([sys.executable, "-c", _TRANSFORMERS, str(folder), SENTENCE,
+                                            str(MAX_NEW_TOKENS)], env=dict(os.environ))
+    their_load, their_first, their_second = map(float, stdout.split()[-4:-1])
 
     run = work / "run"
     import_command = [sys.executable, "-m", "keras_transformer_cli", "import", str(folder), "--output", str(run)]
