@@ -7,9 +7,7 @@ defaults are the same for both, and so are building the `transformer()`
 model from the mapped weights and the run's `config.json` (`train --from`).
 """
 
-import contextlib
-import sys
-
+from keras_transformer.checkpoints.keras_shortcuts import zeros_for_initial_values
 from keras_transformer_runtime.errors import UserInputError
 
 # Keys that change nothing of the model whatever their value: where it came from,
@@ -116,7 +114,7 @@ def built_model(arguments, weights, name, family):
     """
     from keras_transformer import models
 
-    with _zeros_for_initial_values():
+    with zeros_for_initial_values():
         model = models.transformer(**arguments, name=name)
     variables = {variable.path: variable for variable in model.weights}
     missing = sorted(set(variables) - set(weights))
@@ -125,98 +123,6 @@ def built_model(arguments, weights, name, family):
     for path, variable in variables.items():
         variable.assign(weights[path]().astype(variable.dtype, copy=False))
     return model
-
-
-@contextlib.contextmanager
-def _zeros_for_initial_values():
-    """Every weight a layer adds inside starts at zeros, not at its initializer's random values.
-
-    `built_model` replaces every value at once (a variable the checkpoint
-    has no value for is an error), so drawing random ones is only time and
-    memory: about 2 s and twice the largest matrix at opus-mt's size, more
-    at NLLB-200's 615 M parameters. The layers keep their initializers in
-    their config (what the saved file says); only the first values differ.
-    """
-    import keras
-
-    add_weight = keras.layers.Layer.add_weight
-
-    def add_zeros(self, *args, **kwargs):
-        if "initializer" in kwargs:
-            kwargs["initializer"] = "zeros"
-        return add_weight(self, *args, **kwargs)
-
-    keras.layers.Layer.add_weight = add_zeros
-    try:
-        yield
-    finally:
-        keras.layers.Layer.add_weight = add_weight
-
-
-def save_imported_model(model, path):
-    """`model.save(path)`, without importing TensorFlow where this process has not.
-
-    Keras' serialization asks whether TensorFlow is installed (to convert its
-    shapes and dtypes), and asking imports it: 4-5 s of an import's 6-11 s
-    under JAX or torch (benchmarks/results/cpu-import-wait). A process that
-    never imported TensorFlow holds none of its objects, so the answer
-    changes nothing in the file.
-
-    Args:
-        model: the `keras.Model` to write.
-        path: the `.keras` file.
-
-    Example:
-
-    >>> import keras, os, tempfile
-    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> save_imported_model(model, os.path.join(tempfile.mkdtemp(), "m.keras"))
-    """
-    with _tensorflow_unasked(), _weights_through_a_file():
-        model.save(path)
-
-
-@contextlib.contextmanager
-def _weights_through_a_file():
-    """Keras writes the weights' HDF5 file to a temporary file beside the `.keras`, not to memory.
-
-    Where it finds the memory, Keras builds the HDF5 file in memory and then
-    copies it into the zip: twice the weights' size at once, on top of the
-    model's own copy.
-    """
-    try:
-        from keras.src.saving import saving_lib
-    except ImportError:
-        yield
-        return
-    if not callable(getattr(saving_lib, "is_memory_sufficient", None)):
-        yield
-        return
-    in_memory = saving_lib.is_memory_sufficient
-    saving_lib.is_memory_sufficient = lambda model: False
-    try:
-        yield
-    finally:
-        saving_lib.is_memory_sufficient = in_memory
-
-
-@contextlib.contextmanager
-def _tensorflow_unasked():
-    """Keras' lazy `tensorflow` module says "not available" inside, where TensorFlow is not imported yet."""
-    try:
-        from keras.src.utils import module_utils
-    except ImportError:  # another Keras layout: it may import TensorFlow, which costs time only
-        yield
-        return
-    lazy = getattr(module_utils, "tensorflow", None)
-    if "tensorflow" in sys.modules or getattr(lazy, "_available", False) is not None:
-        yield
-        return
-    lazy._available = False
-    try:
-        yield
-    finally:
-        lazy._available = None
 
 
 def imported_run_config(arguments):

@@ -3,7 +3,7 @@
 import json
 import os
 
-from keras_transformer.checkpoints.imported_model import save_imported_model
+from keras_transformer.checkpoints.keras_shortcuts import save_imported_model
 from keras_transformer.checkpoints.marian.checkpoint import build_model
 from keras_transformer.checkpoints.marian.checkpoint import read_marian
 from keras_transformer.checkpoints.marian.checkpoint import run_config

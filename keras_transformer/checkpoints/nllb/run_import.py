@@ -11,7 +11,7 @@ from keras_transformer.checkpoints.hugging_face_files import SAFETENSORS_FILE
 from keras_transformer.checkpoints.hugging_face_files import check_output
 from keras_transformer.checkpoints.hugging_face_files import fetch_folder
 from keras_transformer.checkpoints.hugging_face_files import write_run_folder
-from keras_transformer.checkpoints.imported_model import save_imported_model
+from keras_transformer.checkpoints.keras_shortcuts import save_imported_model
 from keras_transformer.checkpoints.nllb.checkpoint import build_model
 from keras_transformer.checkpoints.nllb.checkpoint import read_nllb
 from keras_transformer.checkpoints.nllb.checkpoint import run_config
