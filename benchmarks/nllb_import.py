@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from benchmarks.import_wait import run_process
 from benchmarks.marian_import import cpu_name
 
 SENTENCE = "¿Dónde está el niño?"
@@ -38,7 +39,7 @@ SHAPES = {"nllb-600m": (dict(d_model=1024, layers=12, heads=16, ffn=4096), 25620
 MAX_NEW_TOKENS = 32
 
 _TRANSFORMERS = """
-import resource, sys, time
+import sys, time
 start = time.perf_counter()
 import torch
 from transformers import AutoTokenizer, M2M100ForConditionalGeneration
@@ -52,7 +53,7 @@ for _ in range(2):
         model.generate(**tokenizer([sys.argv[2]], return_tensors="pt"), num_beams=1, do_sample=False,
                        max_new_tokens=int(sys.argv[3]), forced_bos_token_id=tokenizer.convert_tokens_to_ids("eng_Latn"))
     times.append(time.perf_counter() - start)
-print(loaded, *times, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(loaded, *times)
 """
 
 
@@ -63,8 +64,6 @@ def _timed(command):
     children's `ru_maxrss` is the largest of every child so far (transformers'
     included) and holds the parent's size at `fork`.
     """
-    from benchmarks.import_wait import run_process
-
     wall, peak_mb, _, _ = run_process(command, env=dict(os.environ))
     return wall, peak_mb
 
@@ -82,11 +81,9 @@ def measure(work, shape="nllb-600m"):
     built = time.perf_counter() - start
     weights_mb = (folder / "model.safetensors").stat().st_size / 2**20
 
-    from benchmarks.import_wait import run_process
-
     _, their_peak, stdout, _ = run_process([sys.executable, "-c", _TRANSFORMERS, str(folder), SENTENCE,
                                             str(MAX_NEW_TOKENS)], env=dict(os.environ))
-    their_load, their_first, their_second = map(float, stdout.split()[-4:-1])
+    their_load, their_first, their_second = map(float, stdout.split()[-3:])
 
     run = work / "run"
     import_command = [sys.executable, "-m", "keras_transformer_cli", "import", str(folder), "--output", str(run)]

@@ -32,7 +32,7 @@ class CheckpointTensors:
         source: a `safe_open` handle, or a dict of arrays.
         names: for each short name, the name in `source`.
         path: the safetensors file `source` opened (each tensor is read
-            through a handle of its own); None for a dict.
+            through a handle of its own); unused for a dict.
 
     Example:
 
@@ -65,8 +65,6 @@ class CheckpointTensors:
         full = self._names[name]
         if isinstance(self._source, dict):
             return np.asarray(self._source[full], np.float32)
-        if self._path is None:
-            return np.asarray(self._source.get_tensor(full), np.float32)
         from safetensors import safe_open
 
         with safe_open(self._path, "np") as handle:
@@ -109,8 +107,7 @@ def read_weights(directory):
         names = list(source)
     else:
         raise UserInputError(f"{directory}: holds neither {SAFETENSORS_FILE} nor {PYTORCH_FILE}.")
-    return CheckpointTensors(source, {_short_name(name): name for name in names},
-                             path if path == safetensors_path else None), path
+    return CheckpointTensors(source, {_short_name(name): name for name in names}, path), path
 
 
 def _short_name(name):

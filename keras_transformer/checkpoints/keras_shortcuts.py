@@ -17,6 +17,13 @@ import sys
 def zeros_for_initial_values():
     """Every weight a layer adds inside starts at zeros, not at its initializer's random values.
 
+    `imported_model.built_model` replaces every value at once (a variable the
+    checkpoint has no value for is an error), so drawing random ones is only
+    time and memory: the import's work went from 6.0 to 4.3 s at opus-mt's
+    shape, and from 50.1 to 36.2 s at NLLB-200-600M's (2026-11-28,
+    benchmarks/results/cpu-nllb-import). The layers keep their initializers
+    in their config (what the saved file says); only the first values differ.
+
     Example:
 
     >>> import keras
@@ -25,12 +32,6 @@ def zeros_for_initial_values():
     ...     layer.build((None, 3))
     >>> float(keras.ops.sum(keras.ops.abs(layer.kernel)))
     0.0
-
-    `imported_model.built_model` replaces every value at once (a variable the checkpoint
-    has no value for is an error), so drawing random ones is only time and
-    memory: about 2 s and twice the largest matrix at opus-mt's size, more
-    at NLLB-200's 615 M parameters. The layers keep their initializers in
-    their config (what the saved file says); only the first values differ.
     """
     import keras
 
@@ -52,8 +53,8 @@ def save_imported_model(model, path):
     """`model.save(path)`, without importing TensorFlow where this process has not.
 
     Keras' serialization asks whether TensorFlow is installed (to convert its
-    shapes and dtypes), and asking imports it: 4-5 s of an import's 6-11 s
-    under JAX or torch (benchmarks/results/cpu-import-wait). A process that
+    shapes and dtypes), and asking imports it: 4.9 s of a 10.9 s import
+    under torch at opus-mt's shape (cProfile, 2026-11-28). A process that
     never imported TensorFlow holds none of its objects, so the answer
     changes nothing in the file.
 
