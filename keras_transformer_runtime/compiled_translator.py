@@ -32,6 +32,7 @@ from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.run_tokenizer import vocabulary_files
 from keras_transformer_runtime.search_defaults import model_positions
+from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
 from keras_transformer_runtime.timings import phase
@@ -65,11 +66,13 @@ def engine_description():
 
 
 def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
-                 cross_attention=False, beam_search="kept", early_stopping=False):
+                 cross_attention=False, beam_search="kept", early_stopping=False, end_at_limit=True):
     """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
 
     The search's kind comes first, so an entry keeps the kept and the
-    pooled programs of one beam width side by side.
+    pooled programs of one beam width side by side; a pooled search whose
+    hypotheses open at the limit count no closing `</s>` (`end_at_limit`
+    False: NLLB-200's) is a program of its own.
 
     Example:
 
@@ -80,6 +83,7 @@ def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_token
     """
     n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
     kind = f"{beam_search}{'-early' if beam_search == 'pooled' and early_stopping else ''}"
+    kind += "-noforcedend" if beam_search == "pooled" and not end_at_limit else ""
     return f"{kind}-beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
            f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
 
@@ -319,14 +323,15 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                        n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
                        early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
-        loaded = _read_entry(cache, entry, **setting, read_weights=weights_of is None)
+        end_at_limit = run_ends_at_limit(run_directory)  # the run's, as the writer's `Translator.from_directory`
+        loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
     if loaded is None:
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
         write(run_directory, entry, cache, **setting)
         with phase("load"):
-            loaded = _read_entry(cache, entry, **setting, read_weights=weights_of is None)
+            loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
@@ -345,7 +350,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
-                beam_search, early_stopping, max_new_tokens, read_weights=True):
+                beam_search, early_stopping, max_new_tokens, end_at_limit=True, read_weights=True):
     """`(program, weights, settings)` of an entry (weights None unless `read_weights`), or None if a part is missing."""
     from jax import export
     from safetensors import SafetensorError
@@ -355,7 +360,7 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
         return None
     program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
                                         max_new_tokens or settings["max_length"] - 1, n_best, cross_attention,
-                                        beam_search, early_stopping)
+                                        beam_search, early_stopping, end_at_limit)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))

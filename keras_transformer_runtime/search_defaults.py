@@ -7,7 +7,9 @@ token). A run imported from Hugging Face holds `generation.json`, written
 by `keras-transformer import` from the model's `generation_config.json`
 (`write_generation_file`): its defaults are what transformers' `generate()`
 does with that model (`"pooled"`, `num_beams`, `length_penalty`,
-`early_stopping`, `no_repeat_ngram_size`, the length `max_length` allows).
+`early_stopping`, `no_repeat_ngram_size`, the length `max_length` allows,
+and whether a hypothesis open at the limit counts a closing `</s>`:
+`run_ends_at_limit`).
 `resolve_search` gives the settings of one call: a flag given wins, the
 rest come from the run. `translate`, `evaluate` and `serve` all take their
 settings from it; `SearchSettings.describe` is the line `--verbose` prints.
@@ -198,7 +200,8 @@ def generation_defaults(config_path, generation_config_path=None):
 
     Returns:
         A dict of `PACKAGE_DEFAULTS`' keys (`beam_search` `"pooled"`), with
-        `from` (the file read) and `notes` (settings not applied).
+        `from` (the file read), `notes` (settings not applied) and
+        `end_at_limit` (whether `forced_eos_token_id` is set).
 
     Example:
 
@@ -229,13 +232,39 @@ def generation_defaults(config_path, generation_config_path=None):
         notes.append(f"bad_words_ids beyond <pad> ({generation['bad_words_ids']!r})")
     forces_end = generation.get("forced_eos_token_id", config.get("forced_eos_token_id")) is not None
     beam = int(generation.get("num_beams") or 1)
-    if not forces_end and beam > 1:
-        notes.append("forced_eos_token_id unset (a beam still closes its open hypotheses at the limit as if with "
-                     "</s>, one token longer in its length penalty)")
     return {"beam_search": "pooled", "beam": beam, "length_penalty": length_penalty,
             "early_stopping": bool(early_stopping), "no_repeat_ngram": int(generation.get("no_repeat_ngram_size") or 0),
             "max_new_tokens": max(1, min(max_length - (2 if forces_end else 1), positions - 1)), "from": source,
-            "notes": notes}
+            "notes": notes, "end_at_limit": forces_end}
+
+
+def run_ends_at_limit(run_directory):
+    """Whether a pooled beam search of the run counts a closing `</s>` in the length of a hypothesis open at the limit.
+
+    `generate` forces `</s>` as the last token where the model sets a
+    `forced_eos_token_id` (Marian's): a hypothesis still open at
+    `max_length` ends with it, and its length penalty counts it. NLLB-200
+    sets none, and such a hypothesis counts the tokens it has. An imported
+    run says which in `generation.json` (`end_at_limit`); a run trained
+    here, or imported before the key, counts the `</s>` (this package's
+    searches always did).
+
+    Args:
+        run_directory: the run folder.
+
+    Returns:
+        bool.
+
+    Example:
+
+    >>> run_ends_at_limit("no such run")
+    True
+    """
+    generation = _read_json(os.path.join(run_directory, GENERATION_FILE))
+    if generation is None:
+        imported_config = os.path.join(run_directory, IMPORTED_CONFIG_FILE)
+        generation = generation_defaults(imported_config) if os.path.isfile(imported_config) else {}
+    return bool(generation.get("end_at_limit", True))
 
 
 def write_generation_file(model_directory, run_directory):

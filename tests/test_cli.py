@@ -111,6 +111,26 @@ def test_the_decoding_defaults_of_a_run_trained_here_are_the_translators(tmp_pat
     assert PACKAGE_DEFAULTS["early_stopping"] == defaults["early_stopping"].default
 
 
+@pytest.mark.parametrize("forced_eos, ends", [(0, True), (None, False)])
+def test_an_imported_run_counts_a_closing_end_at_the_limit_only_where_the_model_forces_one(tmp_path, forced_eos,
+                                                                                          ends):
+    import json
+
+    from keras_transformer_runtime.search_defaults import resolve_search
+    from keras_transformer_runtime.search_defaults import run_ends_at_limit
+    from keras_transformer_runtime.search_defaults import write_generation_file
+
+    model, run = tmp_path / "model", tmp_path / "run"
+    model.mkdir(), run.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 64, "forced_eos_token_id": forced_eos}))
+    (model / "generation_config.json").write_text(json.dumps({"num_beams": 4, "max_length": 30}))
+    assert run_ends_at_limit(str(run))  # a run without generation.json: the package's searches, as always
+    write_generation_file(str(model), str(run))
+    assert run_ends_at_limit(str(run)) is ends
+    # transformers' max_length counts the start token, and the forced end where there is one.
+    assert resolve_search(str(run)).max_new_tokens == (28 if ends else 29)
+
+
 def test_ablate_help_names_the_settings_defaults():
     from keras_transformer.training import ablation
 

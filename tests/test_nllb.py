@@ -20,6 +20,7 @@ from keras_transformer.translation import Translator
 from keras_transformer_cli import main
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import PAD_ID
 from tests.nllb_fixtures import SENTENCES
@@ -145,12 +146,51 @@ def test_greedy_and_beam_tokens_equal_generate_with_forced_bos_for_two_targets(i
     assert translations["eng_Latn", 1] != translations["fra_Latn", 1]  # the target language is heard
 
 
+@pytest.mark.parametrize("limit", [3, 5])
+def test_a_beam_closed_at_the_length_limit_scores_as_generates_without_a_forced_end(imported, reference, limit):
+    """NLLB-200 sets no `forced_eos_token_id`: a hypothesis open at the limit counts the tokens it has."""
+    their_model, their_tokenizer = reference
+    their_tokenizer.src_lang = "spa_Latn"
+    batch = their_tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = their_model.generate(**batch, num_beams=4, num_return_sequences=4, max_new_tokens=limit,
+                                   do_sample=False, output_scores=True, return_dict_in_generate=True,
+                                   forced_bos_token_id=their_tokenizer.convert_tokens_to_ids("fra_Latn"))
+    model, tokenizer = imported
+    scores, n_best = {}, {}
+    for end_at_limit in (False, True):
+        translator = Translator(model, tokenizer.with_languages("spa_Latn", "fra_Latn"), beam_width=4,
+                                beam_search="pooled", no_repeat_ngram_size=0, max_new_tokens=limit,
+                                end_at_limit=end_at_limit)
+        n_best[end_at_limit] = translator.n_best(SENTENCES, 4)
+        scores[end_at_limit] = np.array([[h.normalized_score for h in t.hypotheses] for t in n_best[end_at_limit]])
+    np.testing.assert_allclose(scores[False], out.sequences_scores.numpy().reshape(-1, 4), atol=1e-4)
+    texts = their_tokenizer.batch_decode(out.sequences, skip_special_tokens=True)
+    assert [[h.text for h in t.hypotheses] for t in n_best[False]] == [texts[i : i + 4]
+                                                                     for i in range(0, len(texts), 4)]
+    # Some hypotheses were closed at the limit, where a forced `</s>` would have counted one more token.
+    assert not np.allclose(scores[True], scores[False], atol=1e-3)
+    if keras.backend.backend() == "jax":  # the compiled engine's program is written with Keras on JAX
+        from keras_transformer.translation.translation_program import export_decoding_program
+        from keras_transformer_runtime.compiled_translator import CompiledTranslator
+
+        translator = Translator(model, tokenizer, beam_width=4, beam_search="pooled", no_repeat_ngram_size=0,
+                                max_new_tokens=limit, end_at_limit=False)
+        program = export_decoding_program(translator, n_best=4)
+        compiled = CompiledTranslator(program, [keras.ops.convert_to_numpy(v) for v in model.variables], tokenizer,
+                                      translator.max_length, beam_width=4, n_best=4)
+        compiled_scores = [[h.normalized_score for h in t.hypotheses]
+                           for t in compiled.with_languages("spa_Latn", "fra_Latn").n_best(SENTENCES, 4)]
+        np.testing.assert_allclose(compiled_scores, scores[False], atol=1e-5)
+
+
 @pytest.mark.end_to_end
 def test_an_imported_run_reloads_and_translates_the_same(imported, nllb_folder, tmp_path):
     model, tokenizer = imported
     run = tmp_path / "run"
     import_nllb(nllb_folder, run)
     assert json.loads((run / "imported.json").read_text())["format"] == "nllb"
+    assert not run_ends_at_limit(str(run))  # NLLB-200 forces no `</s>` at the limit: `generate` closes none there
     reloaded = Translator.from_directory(run, source_language="spa_Latn", target_language="fra_Latn",
                                          beam_width=1, no_repeat_ngram_size=0, max_new_tokens=MAX_NEW_TOKENS)
     direct = Translator(model, tokenizer.with_languages("spa_Latn", "fra_Latn"), beam_width=1,

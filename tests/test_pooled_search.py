@@ -18,6 +18,7 @@ import pytest
 
 from keras_transformer.translation.translator import Translator
 from keras_transformer_cli import main
+from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from tests.marian_fixtures import generate_translations
 from tests.marian_fixtures import load_reference
 from tests.marian_fixtures import make_marian_folder
@@ -123,6 +124,7 @@ def test_an_imported_run_decodes_by_default_as_generate_does_with_the_model(case
     assert printed.out.splitlines() == _generated(reference, SENTENCES)[0]
     beams = reference[0].generation_config.num_beams or 1
     assert f"search: pooled, beam {beams}" in printed.err and "generation.json" in printed.err
+    assert run_ends_at_limit(str(run))  # Marian forces `</s>` at the limit: a hypothesis closed there counts it
 
 
 @pytest.mark.backend_independent

@@ -11,8 +11,10 @@ A source is done when its pool is full and its best open hypothesis,
 divided by its present length's penalty, no longer beats the worst pooled
 one (`early_stopping=False`), or as soon as the pool is full
 (`early_stopping=True`). After the loop's last step the open hypotheses
-are pooled as if they ended there (`generate`'s `forced_eos_token_id` at
-`max_length`), so every source returns a hypothesis.
+are pooled, so every source returns a hypothesis: as if they ended there
+(`end_at_limit`, `generate`'s `forced_eos_token_id` at `max_length`:
+Marian's), their length counting that `</s>`, or as they stand
+(`end_at_limit=False`: a model without `forced_eos_token_id`, NLLB-200's).
 
 With `n` the choice returns each source's `n` best pooled hypotheses with
 their scores (an n-best list: `search.n_best_search(...,
@@ -104,6 +106,10 @@ class PooledBeamChoice:
             have finished. Defaults to False, `generate`'s.
         max_new_tokens: int, the loop's steps: after the last, the open
             hypotheses are pooled.
+        end_at_limit: bool, the length penalty of a hypothesis pooled after
+            the last step counts a closing `</s>` (`max_new_tokens + 1`),
+            as `generate` with a `forced_eos_token_id`; False counts
+            `max_new_tokens`, as `generate` without one. Defaults to True.
         n: int; 0 (the default) returns each source's best tokens, as
             `beam_search`; from 1 to `width`, the `n` best pooled
             hypotheses with their scores, as `n_best.NBestChoice`.
@@ -121,6 +127,7 @@ class PooledBeamChoice:
     early_stopping: bool = False
     max_new_tokens: int = 1
     n: int = 0
+    end_at_limit: bool = True
 
     # The loop hands `choose` the rows' recorded values (the cross-attention), which the pool copies.
     pools_row_values = True
@@ -241,7 +248,7 @@ class PooledBeamChoice:
         values = () if isinstance(pool.values, tuple) else _grouped(row_values, groups)
         forced = ops.logical_and(state.forced[:, None], ops.ones_like(open_scores, dtype="bool"))
         return self._merge(pool, Pool(
-            open_scores / float(self.max_new_tokens + 1) ** self.length_penalty, forced,
+            open_scores / float(self.max_new_tokens + bool(self.end_at_limit)) ** self.length_penalty, forced,
             _grouped(state.history, groups), open_scores if self.n else (),
             _grouped(state.history_scores, groups) if self.n else (), values))
 

@@ -131,7 +131,7 @@ def beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=0.6, max_n
 
 def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0, max_new_tokens=None,
                        early_stopping=False, no_repeat_ngram_size=0, return_cross_attention=False,
-                       forced_first_id=None):
+                       forced_first_id=None, end_at_limit=True):
     """Beam search with finished hypotheses set aside, as `transformers`' `generate(num_beams=...)`.
 
     `pooled_beam.PooledBeamChoice` in the same loop: `beam_width` open
@@ -150,6 +150,9 @@ def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0
         no_repeat_ngram_size: as in `greedy_search`.
         return_cross_attention: as in `greedy_search`: the weights of each
             source's chosen hypothesis, copied when it was pooled.
+        end_at_limit: bool, as `PooledBeamChoice`'s: a hypothesis still
+            open at the limit counts a closing `</s>` in its length (True,
+            Marian's `generate`) or not (NLLB-200's).
 
     Returns:
         int NumPy `(batch, steps)`, as `greedy_search` (with the weights
@@ -170,14 +173,15 @@ def pooled_beam_search(decoder, encoder_tokens, beam_width=4, length_penalty=1.0
     check_int("pooled_beam_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     encoder_tokens, max_new_tokens = _checked("pooled_beam_search", decoder, encoder_tokens, max_new_tokens)
     choice = PooledBeamChoice(width=beam_width, length_penalty=float(length_penalty),
-                              early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
+                              early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens,
+                              end_at_limit=bool(end_at_limit))
     return run_search(decoder, encoder_tokens, choice, max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
                       return_cross_attention=return_cross_attention, forced_first_id=forced_first_id)
 
 
 def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=None, max_new_tokens=None,
                   no_repeat_ngram_size=0, return_cross_attention=False, beam_search="kept", early_stopping=False,
-                  forced_first_id=None):
+                  forced_first_id=None, end_at_limit=True):
     """The `n` best hypotheses of each source, with their scores, from beam search on the KV cache.
 
     The same loop as `beam_search` (with an `NBestChoice`) or as
@@ -197,7 +201,7 @@ def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=None,
         beam_search: `"kept"` (the default; `normalized_scores` are
             `score / ((5 + length) / 6) ** length_penalty`) or `"pooled"`
             (`score / length ** length_penalty`).
-        early_stopping: bool, with `"pooled"`: as `pooled_beam_search`'s.
+        early_stopping, end_at_limit: bool, with `"pooled"`: as `pooled_beam_search`'s.
 
     Returns:
         An `NBest` of NumPy arrays. A pooled search whose pool holds fewer
@@ -235,7 +239,8 @@ def n_best_search(decoder, encoder_tokens, n, beam_width=4, length_penalty=None,
     if beam_search == "pooled":
         choice = PooledBeamChoice(width=beam_width, length_penalty=float(1.0 if length_penalty is None else
                                                                           length_penalty),
-                                  early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens, n=int(n))
+                                  early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens, n=int(n),
+                                  end_at_limit=bool(end_at_limit))
     else:
         choice = NBestChoice(width=beam_width, length_penalty=float(0.6 if length_penalty is None else length_penalty),
                              n=int(n), max_new_tokens=max_new_tokens)

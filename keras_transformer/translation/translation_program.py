@@ -117,7 +117,8 @@ def decoding_choice(translator, n_best=None):
     width, alpha = translator.beam_width, float(translator.length_penalty)
     if translator.beam_search == "pooled" and width > 1:  # beam 1 is greedy search whichever the search
         return PooledBeamChoice(width=width, length_penalty=alpha, early_stopping=bool(translator.early_stopping),
-                                max_new_tokens=translator.max_new_tokens, n=int(n_best or 0))
+                                max_new_tokens=translator.max_new_tokens, n=int(n_best or 0),
+                                end_at_limit=bool(getattr(translator, "end_at_limit", True)))
     if n_best:
         return NBestChoice(width=width, length_penalty=alpha, n=int(n_best), max_new_tokens=translator.max_new_tokens)
     return GreedyChoice() if width == 1 else BeamChoice(width=width, length_penalty=alpha)
@@ -193,5 +194,6 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
         name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
-                            n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping)
+                            n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping,
+                            end_at_limit=translator.end_at_limit)
         cache.write(entry / name, bytes(program.serialize()))

@@ -91,6 +91,11 @@ class Translator(TextTranslator):
             from Marian translates as `MarianMTModel.generate` does.
         early_stopping: bool, with `beam_search="pooled"`: stop a source
             once `beam_width` hypotheses finished. Defaults to False.
+        end_at_limit: bool, with `beam_search="pooled"`: a hypothesis still
+            open at the length limit counts a closing `</s>` in its length
+            penalty, as `generate` does for a model with a
+            `forced_eos_token_id` (Marian's; the default, True), or not
+            (False: NLLB-200's). `from_directory` takes the run's.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
@@ -116,11 +121,12 @@ class Translator(TextTranslator):
 
     def __init__(self, model, tokenizer, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=None, max_new_tokens=None,
                  jit_compile="auto", no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
-                 batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False):
+                 batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False, end_at_limit=True):
         if beam_search not in BEAM_SEARCHES:
             raise ValueError(f"beam_search must be one of {BEAM_SEARCHES}, got beam_search={beam_search!r}.")
         self.beam_search = beam_search
         self.early_stopping = bool(early_stopping)
+        self.end_at_limit = bool(end_at_limit)
         if isinstance(beam_width, bool) or not isinstance(beam_width, (int, np.integer)):
             raise TypeError(f"beam_width must be an int >= 1, got beam_width={beam_width!r}.")
         if beam_width < 1:
@@ -181,7 +187,8 @@ class Translator(TextTranslator):
                 (`keras_transformer.quantization`).
             source_language, target_language: an NLLB-200 run's languages
                 (`spa_Latn`); other runs take theirs from the text.
-            **kwargs: passed to `Translator`.
+            **kwargs: passed to `Translator`; `end_at_limit` defaults to the
+                run's (`search_defaults.run_ends_at_limit`).
 
         Raises:
             FileNotFoundError: no `model.keras` or no `vocabulary.spm` there.
@@ -193,7 +200,9 @@ class Translator(TextTranslator):
         from keras_transformer_runtime.run_files import MODEL_FILE
         from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
         from keras_transformer_runtime.run_tokenizer import vocabulary_files
+        from keras_transformer_runtime.search_defaults import run_ends_at_limit
 
+        kwargs.setdefault("end_at_limit", run_ends_at_limit(directory))
         model_path = os.path.join(directory, MODEL_FILE)
         if not os.path.isfile(model_path):
             raise FileNotFoundError(
@@ -229,7 +238,7 @@ class Translator(TextTranslator):
             return pooled_beam_search(self.decoder, source, self.beam_width, self.length_penalty,
                                       self.max_new_tokens, early_stopping=self.early_stopping,
                                       no_repeat_ngram_size=self.no_repeat_ngram_size,
-                                      forced_first_id=self.forced_first_id)
+                                      forced_first_id=self.forced_first_id, end_at_limit=self.end_at_limit)
         return beam_search(
             self.decoder, source, self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size, forced_first_id=self.forced_first_id,
@@ -242,7 +251,7 @@ class Translator(TextTranslator):
             self.decoder, source, int(n), self.beam_width, self.length_penalty, self.max_new_tokens,
             no_repeat_ngram_size=self.no_repeat_ngram_size, return_cross_attention=cross_attention,
             beam_search="pooled" if pooled else "kept", early_stopping=self.early_stopping,
-            forced_first_id=self.forced_first_id,
+            forced_first_id=self.forced_first_id, end_at_limit=self.end_at_limit,
         )
 
     def decoder_layer_count(self):
