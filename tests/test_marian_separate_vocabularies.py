@@ -78,6 +78,29 @@ def test_greedy_and_pooled_beam_translations_equal_generate(imported, reference)
 
 
 
+def test_alignments_spell_the_source_from_its_table_and_each_hypothesis_from_the_targets(imported, reference):
+    model, tokenizer = imported
+    their_model, their_tokenizer = reference
+    translator = Translator(model, tokenizer, beam_width=4, length_penalty=1.0, no_repeat_ngram_size=0,
+                            max_new_tokens=20, beam_search="pooled")
+    translations = translator.n_best(SENTENCES[:2], 2, alignments=True)
+    batch = their_tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        generated = their_model.generate(**batch, num_beams=4, num_return_sequences=2, max_length=22)
+    for row, translation in enumerate(translations):
+        source_ids = [i for i in batch["input_ids"][row].tolist() if i != their_tokenizer.pad_token_id]
+        source_pieces = {i: piece for piece, i in their_tokenizer.encoder.items()}  # its source table
+        assert list(translation.source_tokens) == [source_pieces[i] for i in source_ids]
+        for rank, hypothesis in enumerate(translation.hypotheses):
+            target_ids = generated[2 * row + rank].tolist()[1:]  # after the decoder's start
+            pieces = their_tokenizer.convert_ids_to_tokens(target_ids)  # its target table
+            assert list(hypothesis.tokens) == pieces[: pieces.index("</s>") if "</s>" in pieces else None]
+            attention = np.array(hypothesis.attention)
+            assert attention.shape == (len(hypothesis.tokens), len(translation.source_tokens))
+            np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-4)
+            assert hypothesis.alignment and all(0 <= i < len(SENTENCES[row].split()) for i, _ in hypothesis.alignment)
+
+
 @pytest.mark.end_to_end
 @pytest.mark.backend_independent
 def test_translate_on_the_imported_run_gives_the_translators_translations_on_both_engines(imported_run, imported,
