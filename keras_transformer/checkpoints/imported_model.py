@@ -7,7 +7,7 @@ defaults are the same for both, and so are building the `transformer()`
 model from the mapped weights and the run's `config.json` (`train --from`).
 """
 
-from keras_transformer.checkpoints.keras_shortcuts import zeros_for_initial_values
+from keras_transformer.checkpoints.keras_shortcuts import initial_values_from
 from keras_transformer_runtime.errors import UserInputError
 
 # Keys that change nothing of the model whatever their value: where it came from,
@@ -114,14 +114,15 @@ def built_model(arguments, weights, name, family):
     """
     from keras_transformer import models
 
-    with zeros_for_initial_values():
+    with initial_values_from(weights) as made:
         model = models.transformer(**arguments, name=name)
     variables = {variable.path: variable for variable in model.weights}
     missing = sorted(set(variables) - set(weights))
     if missing:
         raise RuntimeError(f"The {family} converter gives no value for {missing}.")
     for path, variable in variables.items():
-        variable.assign(weights[path]().astype(variable.dtype, copy=False))
+        if path not in made:  # a weight Keras made outside a layer's own scope
+            variable.assign(weights[path]().astype(variable.dtype, copy=False))
     return model
 
 
