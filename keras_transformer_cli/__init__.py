@@ -153,7 +153,7 @@ def build_parser():
     serving = verb("serve", serve.serve, "serve translations over HTTP, batching concurrent requests",
                    serve.SERVE_DESCRIPTION)
     serve.add_arguments(serving, positive_int, batch_size_value, ENGINE_HELP, BEAM_WIDTH, NO_REPEAT_NGRAM)
-    add_search_arguments(serving)
+    add_search_arguments(serving, several_limits=True)
 
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",

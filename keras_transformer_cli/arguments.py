@@ -302,8 +302,12 @@ def _integer_or_text(text):
         return text
 
 
-def add_search_arguments(parser):
-    """The search's flags that `translate`, `evaluate` and `serve` share; each left out takes the run's default."""
+def add_search_arguments(parser, several_limits=False):
+    """The search's flags that `translate`, `evaluate` and `serve` share; each left out takes the run's default.
+
+    With `several_limits` (`serve`), `--max-new-tokens` takes several
+    limits, which requests choose from (the first the default).
+    """
     parser.add_argument("--beam-search", choices=("kept", "pooled"),
                         help="kept: a finished hypothesis keeps its beam slot (GNMT's length penalty "
                              "((5 + length) / 6) ** alpha); pooled: set aside, num_beams kept open, "
@@ -315,10 +319,12 @@ def add_search_arguments(parser):
     parser.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
                         help="with --beam-search pooled: stop a sentence once --beam hypotheses have finished "
                              "(default: the run's: generation_config.json's early_stopping, else off)")
-    parser.add_argument("--max-new-tokens", type=_integer_or_text, metavar="N",
+    several = "; several: the limits requests may ask for, the default first, each one decoding program" \
+        if several_limits else ""
+    parser.add_argument("--max-new-tokens", type=_integer_or_text, metavar="N", nargs="+" if several_limits else None,
                         help="the longest translation in tokens, at most the model's positions less one (default: "
                              "the run's: the model's positions less one; for an imported run generation_config.json's "
-                             "max_length less two, as generate counts the start token and forces </s>)")
+                             f"max_length less two, as generate counts the start token and forces </s>){several}")
 
 
 def add_decoding_arguments(parser):

@@ -12,7 +12,8 @@ import sys
 
 SERVE_DESCRIPTION = """\
 Serves translations over HTTP (docs/serving.md): POST /v1/translate takes
-{"model": NAME, "text": [...], "beam": 4, "n_best": 1, "alignments": false}
+{"model": NAME, "text": [...], "beam": 4, "n_best": 1, "max_new_tokens": N,
+"alignments": false}
 and answers with translate --format jsonl's objects; POST
 /v1/models/NAME:predict answers TensorFlow Serving's REST shape. The
 sentences of concurrent requests are decoded together. GET /healthz,
@@ -100,18 +101,28 @@ def _served_models(args, log):
             raise UserInputError(f"--model {argument!r}: {'an empty name' if not name else f'a second {name!r}'}; "
                                  "name each model with NAME=FOLDER.")
         _check_run_folder(folder)
-        # Each run its own defaults (an imported one: generate()'s), the flags over them.
-        search = resolve_search(folder, beam=args.beam[0] if args.beam else None, beam_search=args.beam_search,
-                                length_penalty=args.length_penalty, early_stopping=args.early_stopping,
-                                max_new_tokens=args.max_new_tokens, no_repeat_ngram=args.no_repeat_ngram)
+        # Each run its own defaults (an imported one: generate()'s), the flags over them; each limit checked.
+        searches = {}
+        for limit in args.max_new_tokens or [None]:
+            search = resolve_search(folder, beam=args.beam[0] if args.beam else None, beam_search=args.beam_search,
+                                    length_penalty=args.length_penalty, early_stopping=args.early_stopping,
+                                    max_new_tokens=limit, no_repeat_ngram=args.no_repeat_ngram)
+            if search.max_new_tokens in searches:
+                raise UserInputError(f"--max-new-tokens {limit}: given twice.")
+            searches[search.max_new_tokens] = search
+        search = next(iter(searches.values()))
         beams = args.beam or [search.beam]
-        models[name] = ServedModel(name, folder, beams, _with_search(load, search), engine)
-        log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, beams))}; {search.describe()}")
+        models[name] = ServedModel(name, folder, beams, _with_searches(load, searches), engine, limits=list(searches))
+        limits = f", max new tokens {' and '.join(map(str, searches))}" if len(searches) > 1 else ""
+        log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, beams))}{limits}; "
+            f"{search.describe()}")
     return models
 
 
-def _with_search(load, search):
-    return lambda run_directory, setting, weights_of: load(run_directory, setting, weights_of, search)
+def _with_searches(load, searches):
+    """The `load_translator` of a `ServedModel`: `load` with the search of the setting's length limit."""
+    return lambda run_directory, setting, weights_of: load(run_directory, setting, weights_of,
+                                                           searches[setting.max_new_tokens])
 
 
 def _search_settings(search):
@@ -193,7 +204,7 @@ def _keras_loader(args):
     loaded = {}
 
     def load(run_directory, setting, weights_of, search):
-        key = (run_directory, setting.beam)
+        key = (run_directory, setting.beam, setting.max_new_tokens)
         if key not in loaded:
             loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam, batch_size=args.batch_size,
                                                     **_search_settings(search))

@@ -329,8 +329,8 @@ def test_the_openapi_description_covers_every_route_and_field():
     document = openapi_document(["es-en"])
     assert set(document["paths"]) == routes
     translate = document["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert set(translate["properties"]) == {"model", "text", "beam", "n_best", "alignments", "attention_weights",
-                                            "token_scores", "target_language", "source_language"}
+    assert set(translate["properties"]) == {"model", "text", "beam", "n_best", "max_new_tokens", "alignments",
+                                            "attention_weights", "token_scores", "target_language", "source_language"}
 
 
 def _json_values():
@@ -338,9 +338,9 @@ def _json_values():
                         st.text(max_size=30))
     return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                          st.dictionaries(st.sampled_from(
-                                                             ["text", "model", "beam", "n_best", "alignments",
-                                                              "token_scores", "instances", "inputs", "b64", "texts",
-                                                              "x"]), inner, max_size=4)), max_leaves=12)
+                                                             ["text", "model", "beam", "n_best", "max_new_tokens",
+                                                              "alignments", "token_scores", "instances", "inputs",
+                                                              "b64", "texts", "x"]), inner, max_size=4)), max_leaves=12)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -407,3 +407,66 @@ def test_an_engine_failure_is_a_one_line_500_logged_whole_and_the_server_goes_on
     assert failed.status_code == 500 and failed.json()["error"] == (
         "the engine failed on this batch: RuntimeError: engine failed")
     assert any("Traceback" in line and "RuntimeError" in line for line in lines)
+
+
+class _Limited(_Reverser):
+    """A `_Reverser` whose hypotheses stop at `max_new_tokens` tokens, as a decoding program of that limit."""
+
+    def __init__(self, max_new_tokens):
+        super().__init__()
+        self.max_new_tokens = max_new_tokens
+
+    def _decode_n_best(self, source, n, cross_attention=False):
+        best = super()._decode_n_best(source, n, cross_attention)
+        tokens = best.tokens[:, :, : self.max_new_tokens]
+        attention = None if best.cross_attention is None else best.cross_attention[:, :, :, : self.max_new_tokens]
+        return NBest(tokens, best.scores, best.normalized_scores, best.token_scores[:, :, : self.max_new_tokens],
+                     attention)
+
+
+def test_a_request_chooses_one_of_the_length_limits_served_and_the_first_is_the_default():
+    loaded = []
+
+    def load(folder, setting, first):
+        loaded.append(setting.max_new_tokens)
+        return _Limited(setting.max_new_tokens)
+
+    served = ServedModel("es-en", "unused", [2], load, engine="stub", limits=[6, 3])
+    with _client({"es-en": served}) as client:
+        _wait_ready(client)
+        default = client.post("/v1/translate", json={"text": "hola amigo"})
+        short = client.post("/v1/translate", json={"text": "hola amigo", "max_new_tokens": 3})
+        refused = client.post("/v1/translate", json={"text": "hola amigo", "max_new_tokens": 5})
+        wrong = client.post("/v1/translate", json={"text": "hola amigo", "max_new_tokens": "3"})
+        predicted = client.post("/v1/models/es-en:predict", json={"instances": ["hola amigo"]})
+        described = client.get("/v1/models").json()["models"][0]
+    assert sorted(set(loaded)) == [3, 6]  # each limit its own program, loaded at start
+    assert default.json()["translations"][0]["hypotheses"][0]["text"] == "ogima "
+    assert short.json()["translations"][0]["hypotheses"][0]["text"] == "ogi"
+    assert refused.status_code == 400 and "'max_new_tokens' 5 is not served" in refused.json()["error"]
+    assert "6 or 3" in refused.json()["error"]
+    assert wrong.status_code == 400 and "must be an integer" in wrong.json()["error"]
+    assert predicted.json() == {"predictions": ["ogima "]}
+    assert described["max_new_tokens"] == [6, 3]
+
+
+def test_serve_loads_each_length_limit_given_and_refuses_one_the_model_cannot_take(trained_run):
+    from keras_transformer.translation import Translator
+    from keras_transformer_cli import build_parser
+    from keras_transformer_cli.serve import _served_models
+    from keras_transformer_runtime.errors import UserInputError
+    from keras_transformer_runtime.serving.served_model import Setting
+
+    def served(*limits):
+        args = build_parser().parse_args(["serve", "--model", f"es-en={trained_run}", "--engine", "keras",
+                                          "--beam", "1", "--max-new-tokens", *map(str, limits)])
+        return _served_models(args, log=lambda line: None)["es-en"]
+
+    model = served(12, 3)
+    model.load()
+    sentence = ["Y dijo Dios: Sea la luz."]
+    for limit in (12, 3):
+        expected = Translator.from_directory(str(trained_run), beam_width=1, max_new_tokens=limit)(sentence)
+        assert [t.text for t in model.translate(Setting(1, max_new_tokens=limit), sentence)] == expected
+    with pytest.raises(UserInputError, match="--max-new-tokens 999"):
+        served(12, 999)

@@ -96,13 +96,13 @@ def checked_activation(config, path, default):
 
 
 def built_model(arguments, weights, name, family):
-    """The functional `transformer(**arguments)` model with `weights` (by variable path) assigned.
+    """The functional `transformer(**arguments)` model, each variable made from `weights` (by variable path).
 
     Args:
         arguments: `transformer()`'s arguments.
         weights: for each variable path, a function reading its NumPy value
-            (`layer_weights.take`): one tensor is read at a time, assigned,
-            then let go.
+            (`layer_weights.take`): one tensor is read at a time, made into
+            its variable (`keras_shortcuts.initial_values_from`), then let go.
         name: the model's name.
         family: the checkpoint's family, for messages.
 

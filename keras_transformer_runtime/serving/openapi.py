@@ -14,6 +14,7 @@ _FIELD_SCHEMAS = {
     "text": _TEXTS,
     "beam": {"type": "integer", "minimum": 1},
     "n_best": {"type": "integer", "minimum": 1, "default": 1},
+    "max_new_tokens": {"type": "integer", "minimum": 1},
     "alignments": {"type": "boolean", "default": False},
     "attention_weights": {"type": "boolean", "default": False},
     "token_scores": {"type": "boolean", "default": False},

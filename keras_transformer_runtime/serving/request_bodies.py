@@ -22,6 +22,8 @@ TRANSLATE_FIELDS = {
     "text": "a sentence, or a list of them",
     "beam": "the beam width, one of those served (`serve --beam`; default: the first)",
     "n_best": "how many hypotheses each sentence gets, 1 to the beam width (default 1)",
+    "max_new_tokens": "the longest translation in tokens, one of the limits served (`serve --max-new-tokens`; "
+                      "default: the first)",
     "alignments": "each hypothesis' word alignment to the source, and the source's pieces (default false)",
     "attention_weights": "with the alignments, each hypothesis' cross-attention over the source pieces (default false)",
     "token_scores": "each hypothesis' subword pieces and their log-probabilities (default false)",
@@ -62,6 +64,7 @@ class TranslateRequest:
     token_scores: bool = False
     text_warnings: tuple = ()
     languages: tuple = ()
+    max_new_tokens: object = None
 
 
 def json_body(body):
@@ -118,6 +121,12 @@ def parse_translate(body, models, max_texts):
     n_best = _integer(value, "n_best", 1)
     if not 1 <= n_best <= beam:
         raise RequestError(400, f"'n_best' must be from 1 to the beam width {beam}, got {n_best}")
+    limits = getattr(models[model], "limits", (None,))
+    limit = _integer(value, "max_new_tokens", None) if "max_new_tokens" in value else limits[0]
+    if limit not in limits:
+        served_limits = " or ".join(map(str, limits)) if limits != (None,) else "only the run's own limit"
+        raise RequestError(400, f"'max_new_tokens' {limit} is not served; this server serves {served_limits} for "
+                                f"{model!r} (serve --max-new-tokens)")
     flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
     flags["alignments"] = flags["alignments"] or flags["attention_weights"]
     source_language, target_language = (value.get(f"{side}_language") for side in ("source", "target"))
@@ -126,11 +135,12 @@ def parse_translate(body, models, max_texts):
             raise RequestError(400, f"'{side}_language' must be a string, not {_json_type(language)}")
     if getattr(models[model], "translates_between_languages", False):
         languages = languages_checked(models[model], source_language, target_language)
-        return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, languages=languages, **flags)
+        return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, languages=languages,
+                                max_new_tokens=limit, **flags)
     if source_language is not None:
         raise RequestError(400, f"'source_language' is an NLLB-200 model's field; {model!r} reads any source")
     texts = language_checked(texts, models[model], target_language)
-    return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, **flags)
+    return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, max_new_tokens=limit, **flags)
 
 
 def languages_checked(model, source_language, target_language):

@@ -1,8 +1,8 @@
 """One run served under a name: its translators for each setting a request may ask for.
 
-A request chooses a beam width (among those the command line served) and
-whether it wants alignments; each such setting is its own decoding program
-(`Setting`). `ServedModel` loads them all once, compiles every batch shape
+A request chooses a beam width and a length limit (among those the
+command line served) and whether it wants alignments; each such setting is
+its own decoding program (`Setting`). `ServedModel` loads them all once, compiles every batch shape
 before the server says it is ready, and translates a batch of one
 setting into `Translation`s, `translate --format jsonl`'s objects, each
 with the warnings about its own sentence (truncated, mostly unknown
@@ -15,18 +15,20 @@ import os
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """What a batch is decoded with: the beam width, whether the cross-attention is read (alignments), the languages.
+    """What a batch is decoded with: the beam width, the cross-attention read or not, the languages, the length limit.
 
     Example:
 
     >>> Setting(4, alignments=True)
-    Setting(beam=4, alignments=True, languages=())
+    Setting(beam=4, alignments=True, languages=(), max_new_tokens=None)
     """
 
     beam: int
     alignments: bool = False
     # An NLLB-200 model's (source, target) codes: a batch holds one pair.
     languages: tuple = ()
+    # The longest translation in tokens; None: the run's own limit.
+    max_new_tokens: object = None
 
 
 def model_name(argument):
@@ -57,18 +59,23 @@ class ServedModel:
             the cross-attention when `setting.alignments`); `weights_of` is an
             already loaded translator of the run, or None.
         engine: a few words on what runs the model (said at start and in `/v1/models`).
+        limits: the length limits served (`max_new_tokens`), the default
+            first; `(None,)` (the default): the run's own, the only one.
 
     Example (`translate` needs `load()` first):
 
-    >>> ServedModel("es-en", "runs/es-en", [4, 1], load_translator=None, engine="compiled").settings()
-    [Setting(beam=4, alignments=False, languages=()), Setting(beam=4, alignments=True, languages=()), \
-Setting(beam=1, alignments=False, languages=()), Setting(beam=1, alignments=True, languages=())]
+    >>> served = ServedModel("es-en", "runs/es-en", [4, 1], load_translator=None, engine="compiled", limits=[64, 16])
+    >>> [(setting.beam, setting.max_new_tokens, setting.alignments) for setting in served.settings()][:3]
+    [(4, 64, False), (4, 64, True), (4, 16, False)]
+    >>> len(served.settings())
+    8
     """
 
-    def __init__(self, name, run_directory, beams, load_translator, engine):
+    def __init__(self, name, run_directory, beams, load_translator, engine, limits=(None,)):
         self.name = name
         self.run_directory = run_directory
         self.beams = tuple(int(beam) for beam in beams)
+        self.limits = tuple(limits)
         self.engine = engine
         self._load_translator = load_translator
         self._translators = {}
@@ -78,8 +85,9 @@ Setting(beam=1, alignments=False, languages=()), Setting(beam=1, alignments=True
         return self.beams[0]
 
     def settings(self):
-        """Every `Setting` served: each beam width with and without alignments."""
-        return [Setting(beam, alignments) for beam in self.beams for alignments in (False, True)]
+        """Every `Setting` served: each beam width and length limit, with and without alignments."""
+        return [Setting(beam, alignments, max_new_tokens=limit) for beam in self.beams for limit in self.limits
+                for alignments in (False, True)]
 
     def load(self, log=lambda line: None):
         """Loads each setting's translator and compiles its batch shapes (where the engine compiles ahead)."""
@@ -89,7 +97,8 @@ Setting(beam=1, alignments=False, languages=()), Setting(beam=1, alignments=True
             first = first or translator
             if hasattr(translator, "compile_batch_shapes"):
                 shapes = translator.compile_batch_shapes()
-                log(f"{self.name}: beam {setting.beam}{' with alignments' if setting.alignments else ''}: "
+                limit = f", at most {setting.max_new_tokens} tokens" if len(self.limits) > 1 else ""
+                log(f"{self.name}: beam {setting.beam}{limit}{' with alignments' if setting.alignments else ''}: "
                     f"{len(shapes)} batch shapes compiled")
             self._translators[setting] = translator
 
