@@ -2,11 +2,12 @@
 
 Keras builds every weight from its random initializer, and its `.keras`
 writer imports TensorFlow to ask whether it is installed, copies each
-weight to write it and buffers the weights' HDF5 file in memory. An import replaces every value and holds no
-TensorFlow object, so each of these costs time or memory and changes
-nothing in the file (docs/pretrained.md, "What an import costs"). The
-shortcuts reach into Keras' own modules where it has no public switch,
-and fall back to Keras' way where those modules are not as expected.
+weight to write it and buffers the weights' HDF5 file in memory. An import
+replaces every value and holds no TensorFlow object, so each of these costs
+time or memory and changes nothing in the file (docs/pretrained.md, "What
+an import costs"). The shortcuts reach into Keras' own modules where it has
+no public switch, and fall back to Keras' way where those modules are not
+as expected.
 """
 
 import contextlib
