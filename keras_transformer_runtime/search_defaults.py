@@ -176,6 +176,7 @@ def _run_defaults(run_directory):
     if generation:
         settings = {**PACKAGE_DEFAULTS, **{key: generation[key] for key in PACKAGE_DEFAULTS if key in generation}}
         settings["notes"] = tuple(generation.get("notes", ()))
+        settings["end_at_limit"] = generation.get("end_at_limit", True)
         return settings, f"the run's {GENERATION_FILE} (from the model's {generation.get('from', 'generation config')})"
     imported_config = os.path.join(run_directory, IMPORTED_CONFIG_FILE)
     if os.path.isfile(imported_config):
@@ -260,11 +261,7 @@ def run_ends_at_limit(run_directory):
     >>> run_ends_at_limit("no such run")
     True
     """
-    generation = _read_json(os.path.join(run_directory, GENERATION_FILE))
-    if generation is None:
-        imported_config = os.path.join(run_directory, IMPORTED_CONFIG_FILE)
-        generation = generation_defaults(imported_config) if os.path.isfile(imported_config) else {}
-    return bool(generation.get("end_at_limit", True))
+    return bool(_run_defaults(run_directory)[0].get("end_at_limit", True))
 
 
 def write_generation_file(model_directory, run_directory):

@@ -110,8 +110,8 @@ def test_translate_refuses_a_multi_target_run_without_a_known_code_naming_its_co
 
 @pytest.mark.backend_independent
 def test_the_servers_target_language_field_adds_the_token_and_a_missing_one_is_a_400():
-    models = {"es-romance": types.SimpleNamespace(beams=(1,), default_beam=1, language_codes=CODES),
-              "es-en": types.SimpleNamespace(beams=(1,), default_beam=1, language_codes=())}
+    models = {"es-romance": types.SimpleNamespace(beams=(1,), default_beam=1, limits=(None,), language_codes=CODES),
+              "es-en": types.SimpleNamespace(beams=(1,), default_beam=1, limits=(None,), language_codes=())}
     parsed = parse_translate(b'{"model": "es-romance", "text": ["Hola.", ">>spa<< Hola."], "target_language": "fra"}',
                              models, 8)
     assert parsed.texts == (">>fra<< Hola.", ">>spa<< Hola.")

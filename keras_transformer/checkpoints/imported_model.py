@@ -121,7 +121,7 @@ def built_model(arguments, weights, name, family):
     if missing:
         raise RuntimeError(f"The {family} converter gives no value for {missing}.")
     for path, variable in variables.items():
-        if path not in made:  # a weight Keras made outside a layer's own scope
+        if path not in made:  # not made from its value (no name given, or a path other than the mapping's)
             variable.assign(weights[path]().astype(variable.dtype, copy=False))
     return model
 

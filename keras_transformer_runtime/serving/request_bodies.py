@@ -101,7 +101,7 @@ def parse_translate(body, models, max_texts):
     Example:
 
     >>> import types
-    >>> models = {"es-en": types.SimpleNamespace(beams=(4, 1), default_beam=4)}
+    >>> models = {"es-en": types.SimpleNamespace(beams=(4, 1), default_beam=4, limits=(None,))}
     >>> parse_translate(b'{"text": "Hola.", "n_best": 2}', models, 64).texts
     ('Hola.',)
     """
@@ -121,7 +121,7 @@ def parse_translate(body, models, max_texts):
     n_best = _integer(value, "n_best", 1)
     if not 1 <= n_best <= beam:
         raise RequestError(400, f"'n_best' must be from 1 to the beam width {beam}, got {n_best}")
-    limits = getattr(models[model], "limits", (None,))
+    limits = models[model].limits
     limit = _integer(value, "max_new_tokens", None) if "max_new_tokens" in value else limits[0]
     if limit not in limits:
         served_limits = " or ".join(map(str, limits)) if limits != (None,) else "only the run's own limit"

@@ -2,11 +2,11 @@
 
 A request chooses a beam width and a length limit (among those the
 command line served) and whether it wants alignments; each such setting is
-its own decoding program (`Setting`). `ServedModel` loads them all once, compiles every batch shape
-before the server says it is ready, and translates a batch of one
-setting into `Translation`s, `translate --format jsonl`'s objects, each
-with the warnings about its own sentence (truncated, mostly unknown
-characters).
+its own decoding program (`Setting`). `ServedModel` loads them all once,
+compiles every batch shape before the server says it is ready, and
+translates a batch of one setting into `Translation`s, `translate --format
+jsonl`'s objects, each with the warnings about its own sentence
+(truncated, mostly unknown characters).
 """
 
 import dataclasses
