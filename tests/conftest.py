@@ -34,6 +34,29 @@ FIXTURE_CORPUS = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_s
 
 ONE_BACKEND = os.environ.get("KERAS_TRANSFORMER_TEST_BACKEND", "torch")
 
+# JAX's compiled code for the suite's programs, kept between runs (and shared by
+# the workers of one): JAX compiles each operation a test runs eagerly, ~30 ms
+# each on a 2-core CPU, and the JAX run took 531 s with an empty folder, 266 s
+# with the folder the run before left (390 tests; CONTRIBUTING.md). Only
+# this process's JAX uses it: the commands the tests start keep their own
+# caches, as a user's do. No size limit: JAX's limit keeps access times that
+# two workers race on. `KERAS_TRANSFORMER_TEST_XLA_CACHE=off` turns it off; delete
+# the folder to empty it (~40 MB a run of the JAX lane).
+XLA_CACHE = os.environ.get("KERAS_TRANSFORMER_TEST_XLA_CACHE",
+                           str(pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax-xla"))
+
+
+def pytest_configure(config):
+    if XLA_CACHE == "off":
+        return
+    try:
+        import jax
+    except ImportError:
+        return
+    jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
 
 def pytest_collection_modifyitems(config, items):
     if keras.backend.backend() == ONE_BACKEND:
