@@ -53,9 +53,12 @@ def pytest_configure(config):
         import jax
     except ImportError:
         return
+    try:  # a JAX without these settings (0.4.30, the lower bound, has them) runs the tests without the cache
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    except AttributeError:
+        return
     jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_collection_modifyitems(config, items):
