@@ -21,6 +21,22 @@ _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
 
+# XLA's compiled code for the suite's programs, kept between runs (and shared
+# by the workers of one) under .pytest_cache: JAX compiles each operation a
+# test runs eagerly, ~30 ms each on a 2-core CPU, and the JAX run took 531 s
+# with an empty folder, 266 s with the folder the run before left (390 tests;
+# CONTRIBUTING.md). JAX's is this process's only (`pytest_configure`): the
+# commands the tests start keep their own caches, as a user's do.
+# TensorFlow's (`jit_compile`) takes an environment variable, which those
+# commands inherit. No size limit: JAX's limit keeps access times that two
+# workers race on. `KERAS_TRANSFORMER_TEST_XLA_CACHE=off` turns both off;
+# delete the folder to empty it (~40 MB a run of the JAX lane).
+XLA_CACHE = os.environ.get("KERAS_TRANSFORMER_TEST_XLA_CACHE",
+                           str(pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "xla"))
+if XLA_CACHE != "off" and "tf_xla_persistent_cache_directory" not in os.environ.get("TF_XLA_FLAGS", ""):
+    os.environ["TF_XLA_FLAGS"] = (f"{os.environ.get('TF_XLA_FLAGS', '')} "
+                                  f"--tf_xla_persistent_cache_directory={XLA_CACHE}/tensorflow").strip()
+
 # The translation program cache (keras_transformer_runtime.program_cache) of
 # this test session, not the user's: subprocesses inherit it too.
 os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="keras-transformer-test-cache-")
@@ -33,17 +49,6 @@ FIXTURE_CORPUS = str(pathlib.Path(__file__).parent / "fixtures" / "bible_es_en_s
 
 
 ONE_BACKEND = os.environ.get("KERAS_TRANSFORMER_TEST_BACKEND", "torch")
-
-# JAX's compiled code for the suite's programs, kept between runs (and shared by
-# the workers of one): JAX compiles each operation a test runs eagerly, ~30 ms
-# each on a 2-core CPU, and the JAX run took 531 s with an empty folder, 266 s
-# with the folder the run before left (390 tests; CONTRIBUTING.md). Only
-# this process's JAX uses it: the commands the tests start keep their own
-# caches, as a user's do. No size limit: JAX's limit keeps access times that
-# two workers race on. `KERAS_TRANSFORMER_TEST_XLA_CACHE=off` turns it off; delete
-# the folder to empty it (~40 MB a run of the JAX lane).
-XLA_CACHE = os.environ.get("KERAS_TRANSFORMER_TEST_XLA_CACHE",
-                           str(pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax-xla"))
 
 
 def pytest_configure(config):
@@ -58,7 +63,7 @@ def pytest_configure(config):
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     except AttributeError:
         return
-    jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
+    jax.config.update("jax_compilation_cache_dir", f"{XLA_CACHE}/jax")
 
 
 def pytest_collection_modifyitems(config, items):
