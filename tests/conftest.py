@@ -52,6 +52,7 @@ ONE_BACKEND = os.environ.get("KERAS_TRANSFORMER_TEST_BACKEND", "torch")
 
 
 def pytest_configure(config):
+    """Points this process's JAX at the kept XLA code (`XLA_CACHE`), every program kept."""
     if XLA_CACHE == "off":
         return
     try:
