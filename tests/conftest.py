@@ -23,14 +23,14 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 # XLA's compiled code for the suite's programs, kept between runs (and shared
 # by the workers of one) under .pytest_cache: JAX compiles each operation a
-# test runs eagerly, ~30 ms each on a 2-core CPU, and the JAX run took 531 s
-# with an empty folder, 266 s with the folder the run before left (390 tests;
-# CONTRIBUTING.md). JAX's is this process's only (`pytest_configure`): the
-# commands the tests start keep their own caches, as a user's do.
-# TensorFlow's (`jit_compile`) takes an environment variable, which those
-# commands inherit. No size limit: JAX's limit keeps access times that two
-# workers race on. `KERAS_TRANSFORMER_TEST_XLA_CACHE=off` turns both off;
-# delete the folder to empty it (after a run of each lane: JAX 41 MB, TensorFlow 93 MB).
+# test runs eagerly, so a second run takes about half the first's
+# (CONTRIBUTING.md has the figures). JAX's is this process's only
+# (`pytest_configure`): the commands the tests start keep their own caches,
+# as a user's do. TensorFlow's (`jit_compile`) takes an environment variable,
+# which those commands inherit. No size limit: JAX's limit keeps access times
+# that two workers race on. `KERAS_TRANSFORMER_TEST_XLA_CACHE=off` turns both
+# off; delete the folder to empty it (after a run of each lane: JAX 41 MB,
+# TensorFlow 93 MB).
 XLA_CACHE = os.environ.get("KERAS_TRANSFORMER_TEST_XLA_CACHE",
                            str(pathlib.Path(__file__).resolve().parents[1] / ".pytest_cache" / "xla"))
 if XLA_CACHE != "off" and "tf_xla_persistent_cache_directory" not in os.environ.get("TF_XLA_FLAGS", ""):
