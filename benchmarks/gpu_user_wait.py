@@ -250,11 +250,13 @@ def main(argv=None):
     if "variant" in args.steps:
         for variant in args.variant:
             name, environment, flags = variant_parts(variant)
-            folder = os.path.join(tempfile.mkdtemp(prefix="gpu_user_wait_variant_"), "run")
-            step = run_timed(f"variant-{name}", cli + ["train", "--output", folder, *shlex.split(args.train_flags),
-                                                       *flags], dict(logged, **environment))
-            record(f"variant-{name}", step, environment=environment, flags=flags,
-                   **(_summary_of_train(step, folder) if step else {}))
+            with tempfile.TemporaryDirectory(prefix="gpu_user_wait_variant_") as scratch:
+                folder = os.path.join(scratch, "run")
+                step = run_timed(f"variant-{name}", cli + ["train", "--output", folder,
+                                                           *shlex.split(args.train_flags), *flags],
+                                 dict(logged, **environment))
+                record(f"variant-{name}", step, environment=environment, flags=flags,
+                       **(_summary_of_train(step, folder) if step else {}))
     return 0 if all(step["returncode"] == 0 for step in results["steps"].values()) and not results["skipped"] else 1
 
 

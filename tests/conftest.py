@@ -9,8 +9,10 @@ torch, the fastest on a CPU, or the backend named by
 KERAS_TRANSFORMER_TEST_BACKEND (the lower-bound CI job names tensorflow).
 """
 
+import atexit
 import os
 import pathlib
+import shutil
 import tempfile
 
 # The suite compiles hundreds of small XLA programs (JAX, and TensorFlow's
@@ -38,8 +40,10 @@ if XLA_CACHE != "off" and "tf_xla_persistent_cache_directory" not in os.environ.
                                   f"--tf_xla_persistent_cache_directory={XLA_CACHE}/tensorflow").strip()
 
 # The translation program cache (keras_transformer_runtime.program_cache) of
-# this test session, not the user's: subprocesses inherit it too.
+# this test session, not the user's: subprocesses inherit it too. Each
+# pytest process makes its own and removes it when it exits (about 8 MB).
 os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = tempfile.mkdtemp(prefix="keras-transformer-test-cache-")
+atexit.register(shutil.rmtree, os.environ["KERAS_TRANSFORMER_CACHE_DIR"], ignore_errors=True)
 
 import keras  # noqa: E402 (after the XLA flags)
 import numpy as np
@@ -118,8 +122,6 @@ def _trained_run_once(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained_run(_trained_run_once, tmp_path_factory):
     """A copy of that run for one test file, which may write into it (5-7 s of training saved per file)."""
-    import shutil
-
     output = tmp_path_factory.mktemp("run") / "run"
     shutil.copytree(_trained_run_once, output)
     return output
