@@ -26,6 +26,7 @@ from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
 from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.errors import UserInputError
+from keras_transformer_runtime.fixed_shape_program import FixedShapePrograms
 from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
@@ -36,10 +37,10 @@ from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size
 from keras_transformer_runtime.timings import phase
+from keras_transformer_runtime.weights_file import INDEX_FILE
+from keras_transformer_runtime.weights_file import WEIGHTS_FILE
+from keras_transformer_runtime.weights_file import read_weights as read_entry_weights
 
-WEIGHTS_FILE = "weights.safetensors"
-# The metadata key listing the weights kept as bfloat16 bits (`weights_bytes`).
-_BFLOAT16_KEY = "bfloat16"
 SETTINGS_FILE = "settings.json"
 # Beam search's length penalty, as `Translator`'s default.
 DEFAULT_LENGTH_PENALTY = 0.6
@@ -168,13 +169,17 @@ class CompiledTranslator(TextTranslator):
         parallel_batches: `"auto"` (one a core and one more on a CPU, 1 on a
             GPU or TPU) or an int: batches decoded at a time, each on its
             own thread (`batch_threads`). The tokens do not depend on it.
+        fixed_shape_programs: None, or the `FixedShapePrograms` of
+            `program`: each batch shape is compiled from its program of
+            fixed shapes, which lowers without JAX's shape refinement.
     """
 
     def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
-                 cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES):
+                 cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES, fixed_shape_programs=None):
         import jax
 
         self.program = program
+        self.fixed_shape_programs = fixed_shape_programs
         self._run = jax.jit(program.call)
         self._weights = jax.device_put(list(weights))
         self.tokenizer = tokenizer
@@ -205,10 +210,13 @@ class CompiledTranslator(TextTranslator):
                 if compiled is None:  # XLA, or its code from the cache
                     import jax
 
-                    with phase("compile"), lapack_setup_skipped(self.program):
+                    with phase("compile"):
+                        fixed = self.fixed_shape_programs and self.fixed_shape_programs.program_for(shape)
+                        run = jax.jit(fixed.call) if fixed else self._run
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
-                        compiled = self._run.lower(self._weights, source, *forced).compile()
+                        with lapack_setup_skipped(fixed or self.program):
+                            compiled = run.lower(self._weights, source, *forced).compile()
                         self._compiled[shape] = compiled
         return compiled
 
@@ -336,7 +344,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
         log(f"translation program: from the cache, {entry}")
-    program, weights, settings = loaded
+    program, weights, settings, program_path = loaded
     with phase("load"):
         if weights_of is not None:
             weights, tokenizer = weights_of._weights, weights_of.tokenizer
@@ -346,14 +354,17 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
             tokenizer = tokenizer.with_languages(source_language, target_language)
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"],
-                                  parallel_batches=parallel_batches)
+                                  parallel_batches=parallel_batches,
+                                  fixed_shape_programs=FixedShapePrograms(cache, program_path, program))
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
                 beam_search, early_stopping, max_new_tokens, end_at_limit=True, read_weights=True):
-    """`(program, weights, settings)` of an entry (weights None unless `read_weights`), or None if a part is missing."""
+    """`(program, weights, settings, program's path)` of an entry (weights None unless `read_weights`), or None.
+
+    None: a part is missing.
+    """
     from jax import export
-    from safetensors import SafetensorError
 
     settings = cache.read_json(entry / SETTINGS_FILE)
     if not settings or "max_length" not in settings:
@@ -366,58 +377,13 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
         program = export.deserialize(bytearray(program_path.read_bytes()))
         weights = None
         if read_weights:
-            weights = read_weights_file(weights_path)
+            weights = read_entry_weights(entry)
         elif not weights_path.is_file():
             return None
-    except (OSError, ValueError, KeyError, SafetensorError):
+    except (OSError, ValueError, KeyError):
         return None
-    cache.touch(program_path, weights_path, entry / SETTINGS_FILE)
-    return program, weights, settings
-
-
-def read_weights_file(path):
-    """The weights of an entry's `weights.safetensors` (`weights_bytes`), in order.
-
-    Read at the disk's pace: `np.load` of the `.npz` this replaced took 5x
-    as long for opus-mt-es-en's 310 MB, a second before every translation.
-
-    Raises:
-        OSError, safetensors.SafetensorError: a missing or damaged file.
-    """
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
-
-    tensors = load_file(path)
-    with safe_open(path, "np") as file:
-        bfloat16 = json.loads((file.metadata() or {}).get(_BFLOAT16_KEY, "[]"))
-    weights = [tensors[str(i)] for i in range(len(tensors))]
-    if bfloat16:
-        import ml_dtypes
-
-        weights = [value.view(ml_dtypes.bfloat16) if i in bfloat16 else value for i, value in enumerate(weights)]
-    return weights
-
-
-def weights_bytes(weights):
-    """The weights as the bytes of a `.safetensors` file, in order ("0", "1", ...).
-
-    `safetensors.numpy` writes bfloat16 but cannot read it back: those
-    arrays are kept as their bits (uint16), listed in the file's metadata.
-
-    Example:
-
-    >>> import ml_dtypes, tempfile
-    >>> path = tempfile.mkstemp()[1]
-    >>> _ = open(path, "wb").write(weights_bytes([np.zeros(2, np.float32), np.ones(1, ml_dtypes.bfloat16)]))
-    >>> [(value.dtype.name, value.shape) for value in read_weights_file(path)]
-    [('float32', (2,)), ('bfloat16', (1,))]
-    """
-    from safetensors.numpy import save
-
-    arrays = [np.ascontiguousarray(value) for value in weights]
-    bfloat16 = [i for i, value in enumerate(arrays) if value.dtype.name == "bfloat16"]
-    return save({str(i): value.view(np.uint16) if i in bfloat16 else value for i, value in enumerate(arrays)},
-                metadata={_BFLOAT16_KEY: json.dumps(bfloat16)})
+    cache.touch(program_path, weights_path, entry / INDEX_FILE, entry / SETTINGS_FILE)
+    return program, weights, settings, program_path
 
 
 def settings_bytes(max_length):

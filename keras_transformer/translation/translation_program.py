@@ -23,11 +23,12 @@ from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
-from keras_transformer_runtime.compiled_translator import WEIGHTS_FILE
 from keras_transformer_runtime.compiled_translator import program_file
 from keras_transformer_runtime.compiled_translator import settings_bytes
-from keras_transformer_runtime.compiled_translator import weights_bytes
 from keras_transformer_runtime.timings import phase
+from keras_transformer_runtime.weights_file import INDEX_FILE
+from keras_transformer_runtime.weights_file import WEIGHTS_FILE
+from keras_transformer_runtime.weights_file import weights_files
 
 
 def export_decoding_program(translator, n_best=None, cross_attention=False):
@@ -191,7 +192,9 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         program = export_decoding_program(translator, n_best, cross_attention)
     with phase("write"):
         variables = translator.decoder.model.variables
-        cache.write(entry / WEIGHTS_FILE, weights_bytes([keras.ops.convert_to_numpy(v) for v in variables]))
+        index, data = weights_files([keras.ops.convert_to_numpy(v) for v in variables])
+        cache.write(entry / INDEX_FILE, index)
+        cache.write(entry / WEIGHTS_FILE, data)
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
         name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
                             n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping,

@@ -1,0 +1,104 @@
+"""What a program cache entry keeps beside the decoding program: programs fixed to each batch shape, and the weights.
+
+A later process compiles each batch shape from the program fixed to it,
+which JAX lowers without refining shapes, and uses the weights where they
+lie in the mapped file. Both must give the translations the first process
+gave, and a damaged file must be made again, never served. Runs under one
+backend: the compiled engine is JAX's whatever KERAS_BACKEND says.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from keras_transformer_runtime.compiled_translator import load_compiled_translator
+from keras_transformer_runtime.fixed_shape_program import fixed_shape_program
+from keras_transformer_runtime.program_cache import ProgramCache
+from keras_transformer_runtime.weights_file import WEIGHTS_FILE
+from keras_transformer_runtime.weights_file import read_weights
+
+pytestmark = pytest.mark.backend_independent
+
+jax = pytest.importorskip("jax")
+SENTENCES = ["Y dijo Dios: Sea la luz.", "En el principio creó Dios los cielos y la tierra."]
+
+
+@pytest.fixture(scope="module")
+def written(trained_run, tmp_path_factory):
+    """`(cache folder, translations)` after one `translate` of SENTENCES in another process (beam 4)."""
+    cache = tmp_path_factory.mktemp("cache")
+    first = subprocess.run([sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(trained_run),
+                            *SENTENCES], capture_output=True, timeout=300,
+                           env={**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache)})
+    assert first.returncode == 0, first.stderr.decode()[-3000:]
+    return cache / "keras-transformer", first.stdout.decode().splitlines()
+
+
+def _fixed_files(cache):
+    return sorted(cache.rglob("*-shape*x*.jaxexport"))
+
+
+def _counting_refinements(monkeypatch):
+    mlir = pytest.importorskip("jax._src.interpreters.mlir")
+    refined = []
+    original = mlir.refine_polymorphic_shapes
+    monkeypatch.setattr(mlir, "refine_polymorphic_shapes", lambda module: refined.append(1) or original(module))
+    return refined
+
+
+def test_a_later_process_compiles_each_batch_shape_unrefined_to_the_same_translations(trained_run, written,
+                                                                                      monkeypatch):
+    cache, first_translations = written
+    fixed = _fixed_files(cache)
+    assert len(fixed) == 1  # the first process's one batch shape: both sentences, 2 rows
+    refined = _counting_refinements(monkeypatch)
+    translator = load_compiled_translator(str(trained_run), ProgramCache(cache))
+    assert translator(SENTENCES) == first_translations
+    assert refined == []
+    # A shape met for the first time is refined once, and its program kept for the next process.
+    assert translator(SENTENCES[:1]) == first_translations[:1]
+    assert refined == [1] and len(_fixed_files(cache)) == 2
+
+
+def test_a_damaged_fixed_shape_program_is_made_again(trained_run, written, monkeypatch):
+    cache, first_translations = written
+    for path in _fixed_files(cache):
+        path.write_bytes(path.read_bytes()[:100])
+    refined = _counting_refinements(monkeypatch)
+    translator = load_compiled_translator(str(trained_run), ProgramCache(cache))
+    assert translator(SENTENCES) == first_translations
+    assert refined == [1]
+    remade = jax.export.deserialize(bytearray(_fixed_files(cache)[-1].read_bytes()))
+    assert all(isinstance(size, int) for aval in remade.in_avals for size in aval.shape)
+
+
+def test_a_program_with_two_symbolic_inputs_is_refused():
+    a, b = jax.export.symbolic_shape("a, b")
+    both = jax.export.export(jax.jit(lambda x, y: x.sum() + y.sum()))(
+        jax.ShapeDtypeStruct((a,), np.int32), jax.ShapeDtypeStruct((b,), np.int32))
+    with pytest.raises(ValueError, match="has 2"):
+        fixed_shape_program(both, (1, 2))
+
+
+def test_weights_are_the_models_and_lie_aligned_and_a_truncated_file_is_never_served(trained_run, written):
+    cache, _ = written
+    entry = next(cache.rglob(WEIGHTS_FILE)).parent
+    weights = read_weights(entry)
+    import keras
+
+    import keras_transformer  # noqa: F401 (registers the layers)
+
+    model = keras.saving.load_model(str(trained_run / "model.keras"), compile=False)
+    assert len(weights) == len(model.variables)
+    for value, variable in zip(weights, model.variables):
+        if "seed" not in variable.path:  # a seed generator's state is each model's own
+            np.testing.assert_array_equal(value, keras.ops.convert_to_numpy(variable), err_msg=variable.path)
+    assert all(value.ctypes.data % 64 == 0 for value in weights)  # where XLA's CPU client uses them uncopied
+    data = (entry / WEIGHTS_FILE).read_bytes()
+    (entry / WEIGHTS_FILE).write_bytes(data[:-64])
+    with pytest.raises((ValueError, OSError)):
+        read_weights(entry)
+    assert load_compiled_translator(str(trained_run), ProgramCache(cache)) is None  # a miss: written again
