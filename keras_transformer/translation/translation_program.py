@@ -93,8 +93,13 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
     weights = [jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype) for variable in variables]
     tokens = jax.ShapeDtypeStruct((batch, length), "int32")
     forced = (jax.ShapeDtypeStruct((), "int32"),) if forces_first else ()
+    # JAX 0.4.30 (the lower bound) lowers top_k, which beam search takes, to XLA's `mhlo.topk` custom call, and
+    # jax.export refused it there ("no compatibility guarantees"): `translate` failed. A program is only run by
+    # the JAX that wrote it (its entry's key names the version), so no guarantee is needed.
+    top_k = jax.export.DisabledSafetyCheck.custom_call("mhlo.topk")
     with attention_kernels_for_export(decoder.model, jax.default_backend()):
-        return jax.export.export(jax.jit(with_variable_values(decode, variables)))(weights, tokens, *forced)
+        return jax.export.export(jax.jit(with_variable_values(decode, variables)),
+                                 disabled_checks=[top_k])(weights, tokens, *forced)
 
 
 def decoding_choice(translator, n_best=None):
