@@ -115,8 +115,8 @@ def compiled_translator(args):
     log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
     return load_compiled_translator(args.model, ProgramCache(), batch_size=args.batch_size, write=write, log=log,
                                     n_best=(args.n_best or 1) if scored(args) else None,
-                                    cross_attention=reads_attention(args), **run_languages(args),
-                                    **translator_settings(args))
+                                    cross_attention=reads_attention(args), quantize=getattr(args, "quantize", None),
+                                    **run_languages(args), **translator_settings(args))
 
 
 def reads_attention(args):

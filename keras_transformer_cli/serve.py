@@ -165,7 +165,7 @@ def _compiled_loader(args):
 
 def write_program_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size,
                              n_best=None, cross_attention=False, beam_search="kept", early_stopping=False,
-                             max_new_tokens=None):
+                             max_new_tokens=None, quantize=None):
     """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras.
 
     The `write` of `load_compiled_translator`, for a process that serves
@@ -188,7 +188,8 @@ def write_program_in_a_child(run_directory, entry, cache, beam_width, length_pen
               *(["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])]
     command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
                "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
-               *search, *scored, *(["--alignments"] if cross_attention else []), ""]
+               *search, *scored, *(["--alignments"] if cross_attention else []),
+               *(["--quantize", quantize] if quantize else []), ""]
     # The child finds the same cache: ProgramCache() reads the same environment.
     result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
     if result.returncode != 0:

@@ -134,13 +134,12 @@ def translation_engine(args, parser):
     keras_module = sys.modules.get("keras")
     other_backend = keras_module is not None and keras_module.backend.backend() != "jax"
     if args.engine == "auto":
-        compiled = importable("jax") and cache_enabled() and not getattr(args, "quantize", None) and not other_backend
+        compiled = importable("jax") and cache_enabled() and not other_backend
         engine = "compiled" if compiled else "keras"
     elif args.engine == "compiled":
         problem = (
             "needs JAX (pip install jax)" if not importable("jax")
             else "keeps its program in the cache, which KERAS_TRANSFORMER_CACHE=0 turns off" if not cache_enabled()
-            else "runs the Keras model only: drop --quantize, or pass --engine keras" if getattr(args, "quantize", None)
             else "writes its program with Keras on JAX, and this process already runs Keras on "
                  f"{keras_module.backend.backend()}" if other_backend
             else None

@@ -278,7 +278,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
                              no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
                              cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES,
                              beam_search="kept", early_stopping=False, max_new_tokens=None, source_language=None,
-                             target_language=None):
+                             target_language=None, quantize=None):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
@@ -294,13 +294,16 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         parallel_batches: as `CompiledTranslator`'s.
         source_language, target_language: an NLLB-200 run's languages
             (`spa_Latn`); one program serves every pair (`with_languages`).
+        quantize: None, or a Keras quantization mode ("int8", "int4"): the
+            program of the model quantized so (`Translator.from_directory`),
+            in an entry of its own, its weights the quantized ones.
         weights_of: None, or a `CompiledTranslator` of the same run whose
             weights (already on the device) the new one shares: a server
             holding several settings of one model keeps one copy.
         write: called as `write(run_directory, entry, cache, beam_width=...,
             length_penalty=..., no_repeat_ngram_size=..., n_best=...,
             cross_attention=..., beam_search=..., early_stopping=...,
-            max_new_tokens=...)` when the entry
+            max_new_tokens=..., quantize=...)` when the entry
             lacks the weights or this setting's program: it writes them
             (`keras_transformer.translation.translation_program.write_translation_program`,
             which needs Keras on JAX). None: a miss returns None.
@@ -326,8 +329,9 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         use_compilation_cache(cache)
         engine = engine_description()
     with phase("load"):
-        entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine,
-                                     cache.digests_directory()))
+        quantized = f" quantized {quantize}" if quantize else ""
+        entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine + quantized,
+                                      cache.digests_directory()))
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                        n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
                        early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
@@ -337,7 +341,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
-        write(run_directory, entry, cache, **setting)
+        write(run_directory, entry, cache, **setting, quantize=quantize)
         with phase("load"):
             loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
         if loaded is None:

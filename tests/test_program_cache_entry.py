@@ -103,3 +103,25 @@ def test_weights_are_the_models_and_lie_aligned_and_a_truncated_file_is_never_se
     with pytest.raises((ValueError, OSError)):
         read_weights(entry)
     assert load_compiled_translator(str(trained_run), ProgramCache(cache)) is None  # a miss: written again
+
+
+def _translate(trained_run, cache, *flags, env=None):
+    result = subprocess.run([sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(trained_run),
+                             *flags, *SENTENCES], capture_output=True, timeout=300,
+                            env={**os.environ, "KERAS_TRANSFORMER_CACHE_DIR": str(cache), **(env or {})})
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    return result.stdout.decode().splitlines()
+
+
+def test_a_quantized_program_keeps_quantized_weights_in_its_own_entry_and_translates_as_the_keras_model(
+        trained_run, written, tmp_path):
+    float_cache, _ = written
+    compiled = _translate(trained_run, tmp_path, "--quantize", "int8")
+    keras_engine = _translate(trained_run, tmp_path, "--quantize", "int8", "--engine", "keras",
+                              env={"KERAS_BACKEND": "jax"})
+    assert compiled == keras_engine
+    (quantized_entry,) = {path.parent for path in tmp_path.rglob(WEIGHTS_FILE)}
+    (float_entry,) = {path.parent for path in float_cache.rglob(WEIGHTS_FILE)}
+    assert quantized_entry.name != float_entry.name
+    assert "int8" in {value.dtype.name for value in read_weights(quantized_entry)}
+    assert (quantized_entry / WEIGHTS_FILE).stat().st_size < 0.5 * (float_entry / WEIGHTS_FILE).stat().st_size

@@ -170,7 +170,7 @@ def attention_kernels_for_export(model, platform):
 
 def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
                               no_repeat_ngram_size=3, n_best=None, cross_attention=False, beam_search="kept",
-                              early_stopping=False, max_new_tokens=None):
+                              early_stopping=False, max_new_tokens=None, quantize=None):
     """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
 
     Args:
@@ -180,6 +180,9 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping, max_new_tokens:
             as `Translator`'s.
         n_best, cross_attention: as `export_decoding_program`'s.
+        quantize: None, or a Keras quantization mode ("int8", "int4"): the
+            model is quantized so before its program is exported, and the
+            entry keeps the quantized weights.
 
     Raises:
         UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
@@ -192,7 +195,8 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
     with phase("load"):
         translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
                                                no_repeat_ngram_size=no_repeat_ngram_size, beam_search=beam_search,
-                                               early_stopping=early_stopping, max_new_tokens=max_new_tokens)
+                                               early_stopping=early_stopping, max_new_tokens=max_new_tokens,
+                                               quantize=quantize)
     with phase("compile"):
         program = export_decoding_program(translator, n_best, cross_attention)
     with phase("write"):
