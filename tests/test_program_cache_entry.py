@@ -113,6 +113,7 @@ def _translate(trained_run, cache, *flags, env=None):
     return result.stdout.decode().splitlines()
 
 
+@pytest.mark.end_to_end  # two more commands in fresh processes, one of them Keras': ~15 s
 def test_a_quantized_program_keeps_quantized_weights_in_its_own_entry_and_translates_as_the_keras_model(
         trained_run, written, tmp_path):
     float_cache, _ = written
