@@ -9,7 +9,8 @@ CTranslate2's own `ct2-transformers-converter` (`--quantization float32`
 and `int8`). With random weights every hypothesis runs to the limit of
 `--new-tokens` (127), so a call's time over its steps is the time of a
 step. For each search (greedy, beam 4) and each number of sentences a call
-(one, and the compiled engine's batch on a CPU: 8 greedy, 4 beam), each
+(one, and the compiled engine's batch on a CPU: 8 greedy, 4 beam, so that
+a call is one batch, its rows not padded), each
 engine translates the same sentence that many times in one call: one call
 to warm up, then `--repeats` calls, median. Engines: the compiled engine
 (`load_compiled_translator`, the imported run's default search with
@@ -49,7 +50,6 @@ def _engine(run, beam, new_tokens, quantize):
         no_repeat_ngram_size=search.no_repeat_ngram, beam_search=search.beam_search,
         early_stopping=search.early_stopping, max_new_tokens=new_tokens, write=write_program_in_a_child,
         quantize=quantize)
-    translator.batch_size = max(SEARCHES["greedy"][1], SEARCHES["beam 4"][1])  # a call is one batch
 
     def translate(rows):
         return [len(text.split()) for text in translator([SENTENCE] * rows)]

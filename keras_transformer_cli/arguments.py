@@ -28,7 +28,7 @@ LORA_TARGET_NAMES = ("query", "key", "value", "output", "embeddings")
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the weights' "
-                 "bytes; on the compiled engine a step of a model of opus-mt's shape takes 0.74-0.95x float32's "
+                 "bytes; on the compiled engine a step of a model of opus-mt's shape takes 0.70-0.96x float32's "
                  "time on a 2-core CPU, and the Keras engine is slower on torch; int4 costs about 0.6 BLEU "
                  "(docs/keras-workflows.md)")
 TARGET_LANGUAGE_HELP = ("a multi-target model's language to write (fra: >>fra<< before each sentence without a "
