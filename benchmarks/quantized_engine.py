@@ -5,8 +5,8 @@
 Builds offline a random `MarianMTModel` of opus-mt-es-en's shape (as
 `benchmarks.import_wait`: `tests/marian_fixtures.py`), imports it with
 `keras-transformer import`, and converts the same folder with
-CTranslate2's own `ct2-transformers-converter` (`--quantization float32`
-and `int8`). With random weights every hypothesis runs to the limit of
+CTranslate2's own converter (`ct2-transformers-converter`, `--quantization
+float32` and `int8`). With random weights every hypothesis runs to the limit of
 `--new-tokens` (127), so a call's time over its steps is the time of a
 step. For each search (greedy, beam 4) and each number of sentences a call
 (one, and the compiled engine's batch on a CPU: 8 greedy, 4 beam, so that
@@ -88,16 +88,16 @@ def measure(work, repeats, new_tokens, quantize, shape="opus-mt"):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
     from marian_fixtures import make_marian_folder
 
-    folder = pathlib.Path(make_marian_folder(work / f"{shape}-shape", **{key: value for key, value in SHAPES[shape].items()
-                                                            if value is not None}))
+    sizes = {key: value for key, value in SHAPES[shape].items() if value is not None}
+    folder = pathlib.Path(make_marian_folder(work / f"{shape}-shape", **sizes))
     run = work / "run"
     subprocess.run([sys.executable, "-m", "keras_transformer_cli", "import", str(folder), "--output", str(run)],
                    check=True, capture_output=True)
     converted = {}
     for quantization in ("float32", "int8"):
         converted[quantization] = work / f"ctranslate2-{quantization}"
-        subprocess.run(["ct2-transformers-converter", "--model", str(folder), "--output_dir",
-                        str(converted[quantization]), "--quantization", quantization],
+        subprocess.run([sys.executable, "-m", "ctranslate2.converters.transformers", "--model", str(folder),
+                        "--output_dir", str(converted[quantization]), "--quantization", quantization],
                        check=True, capture_output=True)
     rows = []
     for search, (beam, batch) in SEARCHES.items():
@@ -142,9 +142,16 @@ def main(argv=None):
     parser.add_argument("--quantize", default="int8", choices=("int8", "int4"), help="the engine's Keras mode")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="opus-mt", help="tiny: a smoke test in a minute")
     args = parser.parse_args(argv)
+    kept = os.environ.get("KERAS_TRANSFORMER_CACHE_DIR")
     with tempfile.TemporaryDirectory() as work:
-        os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = str(pathlib.Path(work) / "cache")  # the child writers' cache
-        rows = measure(pathlib.Path(work), args.repeats, args.new_tokens, args.quantize, args.shape)
+        os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = str(pathlib.Path(work) / "cache")  # the child writers' cache too
+        try:
+            rows = measure(pathlib.Path(work), args.repeats, args.new_tokens, args.quantize, args.shape)
+        finally:
+            if kept is None:
+                os.environ.pop("KERAS_TRANSFORMER_CACHE_DIR")
+            else:
+                os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = kept
     command = "python -m benchmarks.quantized_engine " + " ".join(argv if argv is not None else sys.argv[1:])
     print(write_report(rows, pathlib.Path(args.out), command, args.quantize, args.shape))
 
