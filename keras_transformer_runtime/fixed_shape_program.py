@@ -8,8 +8,8 @@ on a 2-core CPU, more than the rest of the lowering. The first process
 to meet a shape refines it once (`fixed_shape_program`) and writes the
 result beside the symbolic program (`FixedShapePrograms`); later ones
 lower that instead: from the program to XLA's cached code in 0.50 s
-instead of 0.85 s (benchmarks/findings/decoding.md, "What a second
-`translate` of an imported run waits for").
+instead of 0.85 s (benchmarks/findings/decoding.md, "Fixed-shape
+programs and mapped weights").
 
 Exporting `jax.jit(program.call)` at fixed shapes is not enough: a module
 that calls one with symbolic shapes stays marked as needing the
@@ -102,6 +102,14 @@ class FixedShapePrograms:
         cache: the `ProgramCache`.
         program_path: the symbolic program's file in its entry.
         program: that program (`jax.export.Exported`).
+
+    Example:
+
+    >>> import pathlib
+    >>> programs = FixedShapePrograms(None, pathlib.Path("entry/kept-beam4-alpha0.6-norepeat3-new127.jaxexport"), None)
+    >>> programs.path((8, 64)).name
+    'kept-beam4-alpha0.6-norepeat3-new127-shape8x64.jaxexport'
+    >>> programs.program_for((8, 64))  # doctest: +SKIP
     """
 
     def __init__(self, cache, program_path, program):
