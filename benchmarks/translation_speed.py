@@ -12,7 +12,9 @@ second does not (`warm`; with `--warm-passes N`, N passes and their
 median). `engine` is the compiled engine `translate` and
 `evaluate` run by default (`CompiledTranslator`: the decoding loop as a
 cached XLA program, run with JAX; a missing program is written first by a
-child `keras-transformer translate`). Each pass is timed end to end and, apart, its
+child `keras-transformer translate`); `engine-int8` is it on the model
+after Keras' `model.quantize("int8")` (`translate --quantize int8`). Each
+pass is timed end to end and, apart, its
 translating alone (the scores take about 0.35 s of it). For the `Translator`
 loops the warm pass also counts the row-steps a batch ran after a row had
 ended (each batch runs until its longest output ends).
@@ -49,12 +51,13 @@ import time
 
 import numpy as np
 
-LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "ctranslate2": {}, "ctranslate2-int8": {},
+LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "engine-int8": {}, "ctranslate2": {},
+         "ctranslate2-int8": {},
          "ctranslate2-parallel": {},
          "savedmodel": {}, "keras-int8": {}, "keras-int4": {}, "transformers": {}}
 TRANSFORMERS_BATCH = 8
 # The loops that count row-steps (they decode through `_decode`).
-ROW_STEP_LOOPS = ("default", "compiled", "engine", "keras-int8", "keras-int4")
+ROW_STEP_LOOPS = ("default", "compiled", "engine", "engine-int8", "keras-int8", "keras-int4")
 SAVEDMODEL_BATCH = 64
 
 
@@ -190,13 +193,13 @@ def _export_folder():
 def _translator(args, loop, beam, batch_size=None):
     """The translator of a loop, exporting the model the first time a loop needs it."""
     sized = {} if batch_size is None else {"batch_size": batch_size}
-    if loop == "engine":
+    if loop in ("engine", "engine-int8"):
         from keras_transformer_cli.serve import write_program_in_a_child
         from keras_transformer_runtime.compiled_translator import load_compiled_translator
         from keras_transformer_runtime.program_cache import ProgramCache
 
         return load_compiled_translator(args.model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
-                                        **sized)
+                                        quantize="int8" if loop == "engine-int8" else None, **sized)
     if loop in ("default", "compiled", "keras-int8", "keras-int4"):
         from keras_transformer.translation.translator import Translator
 

@@ -515,9 +515,10 @@ def test_translation_speed_measures_the_compiled_engine_against_ctranslate2_in_o
     from benchmarks import translation_speed
 
     rows = translation_speed.main(["--model", str(trained_run), "--sentences", "6", "--beams", "1", "--loops",
-                                   "engine", "ctranslate2", "--out", str(tmp_path)])
-    engine, ctranslate2 = rows
-    assert (engine["loop"], ctranslate2["loop"]) == ("engine", "ctranslate2")
+                                   "engine", "ctranslate2", "engine-int8", "--out", str(tmp_path)])
+    engine, ctranslate2, quantized = rows
+    assert (engine["loop"], ctranslate2["loop"], quantized["loop"]) == ("engine", "ctranslate2", "engine-int8")
+    assert quantized["translating_sentences_per_second"] > 0 and 0 <= quantized["bleu"] <= 100
     assert engine["bleu"] == ctranslate2["bleu"]  # the same greedy translations, scored the same
     assert 0 <= engine["row_steps_after_end"] < 1
     table = (tmp_path / "results.md").read_text()
