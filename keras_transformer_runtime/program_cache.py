@@ -257,13 +257,17 @@ class ProgramCache:
             return None
 
     def write(self, path, data):
-        """Writes `data` (bytes) at `path` atomically, then prunes the cache; returns `path`."""
+        """Writes `data` (bytes, or a list of bytes-like chunks written in turn) at `path` atomically, then prunes.
+
+        Returns `path`.
+        """
         path = pathlib.Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
         try:
             with os.fdopen(handle, "wb") as file:
-                file.write(data)
+                for chunk in data if isinstance(data, list) else [data]:
+                    file.write(chunk)
             os.replace(temporary, path)
         except BaseException:
             if os.path.exists(temporary):

@@ -32,14 +32,19 @@ def _aligned(offset):
 
 
 def weights_files(weights):
-    """`(index, data)`: the bytes of `weights.json` and of `weights.npy` for a list of arrays.
+    """`(index, chunks)`: the bytes of `weights.json`, and those of `weights.npy` in order, for a list of arrays.
+
+    The chunks are the `.npy` header, then each array's own memory and the
+    zeros that pad it to the next multiple of 64: the file is written
+    without a copy of the weights in memory (NLLB-200-distilled-600M's are
+    2.4 GB).
 
     Example:
 
     >>> import ml_dtypes, pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> index, data = weights_files([np.arange(3, dtype=np.float32), np.ones((1, 2), ml_dtypes.bfloat16)])
-    >>> _ = (folder / INDEX_FILE).write_bytes(index), (folder / WEIGHTS_FILE).write_bytes(data)
+    >>> _ = (folder / INDEX_FILE).write_bytes(index), (folder / WEIGHTS_FILE).write_bytes(b"".join(data))
     >>> [(value.dtype.name, value.shape, value.ctypes.data % 64) for value in read_weights(folder)]
     [('float32', (3,), 0), ('bfloat16', (1, 2), 0)]
     """
@@ -49,13 +54,18 @@ def weights_files(weights):
         offset = _aligned(offset)
         entries.append({"offset": offset, "dtype": value.dtype.name, "shape": list(value.shape)})
         offset += value.nbytes
-    blob = np.zeros(_aligned(offset), np.uint8)
+    total = _aligned(offset)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False, "shape": (total,)})
+    chunks, written = [header.getvalue()], 0
     for value, entry in zip(arrays, entries):
-        blob[entry["offset"]: entry["offset"] + value.nbytes] = value.reshape(-1).view(np.uint8)
-    data = io.BytesIO()
-    np.save(data, blob, allow_pickle=False)
-    index = {"bytes": int(blob.size), "arrays": entries}
-    return (json.dumps(index) + "\n").encode(), data.getbuffer()
+        chunks.append(bytes(entry["offset"] - written))
+        chunks.append(memoryview(value.reshape(-1).view(np.uint8)))
+        written = entry["offset"] + value.nbytes
+    chunks.append(bytes(total - written))
+    index = {"bytes": int(total), "arrays": entries}
+    return (json.dumps(index) + "\n").encode(), chunks
 
 
 def read_weights(entry):
