@@ -63,8 +63,8 @@ def fixed_shape_program(program, shape):
     Example:
 
     >>> import jax, numpy as np
-    >>> add = jax.export.export(jax.jit(lambda x: x + 1))(
-    ...     jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, n"), np.int32))
+    >>> from jax import export
+    >>> add = export.export(jax.jit(lambda x: x + 1))(jax.ShapeDtypeStruct(export.symbolic_shape("b, n"), np.int32))
     >>> fixed = fixed_shape_program(add, (2, 3))
     >>> fixed is None or ([a.shape for a in fixed.in_avals], fixed.uses_global_constants)
     ([(2, 3)], False)
