@@ -27,6 +27,9 @@ export = pytest.importorskip("jax.export")
 SENTENCES = ["Y dijo Dios: Sea la luz.", "En el principio creó Dios los cielos y la tierra."]
 
 
+# The tests on `written` translate through the command line in a fresh process first (~15 s on 2 cores), so
+# they run with CI's end-to-end tests (and in its lower-bound job), not in the contributor's loop, where
+# test_translate_command.py's second process already goes through the fixed-shape programs and mapped weights.
 @pytest.fixture(scope="module")
 def written(trained_run, tmp_path_factory):
     """`(cache folder, translations)` after one `translate` of SENTENCES in another process (beam 4)."""
@@ -50,6 +53,7 @@ def _counting_refinements(monkeypatch):
     return refined
 
 
+@pytest.mark.end_to_end
 def test_a_later_process_compiles_each_batch_shape_unrefined_to_the_same_translations(trained_run, written,
                                                                                       monkeypatch):
     cache, first_translations = written
@@ -64,6 +68,7 @@ def test_a_later_process_compiles_each_batch_shape_unrefined_to_the_same_transla
     assert refined == [1] and len(_fixed_files(cache)) == 2
 
 
+@pytest.mark.end_to_end
 def test_a_damaged_fixed_shape_program_is_made_again(trained_run, written, monkeypatch):
     cache, first_translations = written
     for path in _fixed_files(cache):
@@ -84,6 +89,7 @@ def test_a_program_with_two_symbolic_inputs_is_refused():
         fixed_shape_program(both, (1, 2))
 
 
+@pytest.mark.end_to_end
 def test_weights_are_the_models_and_lie_aligned_and_a_truncated_file_is_never_served(trained_run, written):
     cache, _ = written
     entry = next(cache.rglob(WEIGHTS_FILE)).parent
