@@ -536,3 +536,26 @@ def test_translation_speed_decodes_the_marian_export_with_transformers_as_this_p
     assert theirs["loop"] == "transformers" and theirs["batch"] == translation_speed.TRANSFORMERS_BATCH
     # The same weights, greedy, the same n-gram guard: the same translations, so the same work and score.
     assert (theirs["bleu"], theirs["output_words"]) == (ours["bleu"], ours["output_words"])
+
+
+@pytest.mark.end_to_end
+def test_search_steps_splits_the_gap_to_ctranslate2_into_steps_and_the_cost_of_one(trained_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("jax")
+    import doctest
+
+    from benchmarks import search_steps
+
+    greedy, beam = search_steps.main(["--model", str(trained_run), "--sentences", "6", "--passes", "1",
+                                      "--max-new-tokens", "12", "--out", str(tmp_path)])
+    for row in (greedy, beam):
+        # The program that returns every beam row runs the search of the one that returns the best.
+        assert row["counted_translations_equal"]
+        assert 0 < row["engine_row_steps_finished_dropped"] <= row["engine_row_steps"]
+        assert row["engine_row_steps"] <= 12 * row["beam"] * row["engine_batch"] * 6
+        assert 0 < row["ctranslate2_row_steps"] <= 12 * row["beam"] * 6
+        assert row["speed_ratio"] == pytest.approx(1 / (row["row_steps_ratio"] * row["row_step_cost_ratio"]), rel=0.02)
+    # Greedy: CTranslate2 runs each sentence to its end token, as ours would with finished sources dropped.
+    assert greedy["ctranslate2_row_steps"] == greedy["engine_row_steps_finished_dropped"]
+    assert "| row-steps, engine / CTranslate2 |" in (tmp_path / "results.md").read_text()
+    assert doctest.testmod(search_steps).failed == 0

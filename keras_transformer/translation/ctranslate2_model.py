@@ -340,6 +340,9 @@ class CTranslate2Translator(TextTranslator):
     >>> outputs = CTranslate2Translator(out)(["Sea la luz.", ""])
     >>> [type(text).__name__ for text in outputs], outputs[1]
     (['str', 'str'], '')
+    >>> (result,) = CTranslate2Translator(out, beam_width=2).translate_batch([[5, 6]], num_hypotheses=2)
+    >>> len(result.hypotheses)  # every hypothesis of the beam, each a list of target pieces
+    2
     """
 
     def __init__(self, directory, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=DEFAULT_CTRANSLATE2_LENGTH_PENALTY,
@@ -384,7 +387,22 @@ class CTranslate2Translator(TextTranslator):
         return ids  # CTranslate2 takes rows of tokens and pads them itself
 
     def _decode(self, source):
-        results = self.translator.translate_batch(
+        return [[self._ids[piece] for piece in result.hypotheses[0]] + [END_ID] for result in self.translate_batch(source)]
+
+    def translate_batch(self, source, **options):
+        """CTranslate2's `TranslationResult`s of rows of source ids, searched as this translator searches.
+
+        Args:
+            source: rows of source token ids (no padding needed).
+            **options: more of `ctranslate2.Translator.translate_batch`'s
+                arguments, e.g. `num_hypotheses` (the search is the same).
+
+        Returns:
+            A list of `ctranslate2.TranslationResult`, one a row.
+
+        Example: the class's last lines.
+        """
+        return self.translator.translate_batch(
             [[self._source_pieces[int(i)] for i in row] for row in source],
             beam_size=self.beam_width,
             length_penalty=self.length_penalty,
@@ -394,5 +412,5 @@ class CTranslate2Translator(TextTranslator):
             max_batch_size=self.batch_size,
             # An NLLB-200 run writes the target language first (transformers' forced_bos_token_id).
             target_prefix=None if self.forced_first_id is None else [[self._pieces[self.forced_first_id]]] * len(source),
+            **options,
         )
-        return [[self._ids[piece] for piece in result.hypotheses[0]] + [END_ID] for result in results]

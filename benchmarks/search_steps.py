@@ -1,0 +1,284 @@
+"""How many decoding steps the compiled engine runs for a split, against CTranslate2: a gap per step, or in steps?
+
+    KERAS_BACKEND=jax python -m benchmarks.search_steps --model runs/es-en --out DIR
+
+For each beam width, both translators decode `--sentences` sentences of
+`--split` as `translate` and the `ctranslate2` loop of
+`benchmarks.translation_speed` do (the engine: `translate`'s program and
+batches, one batch a core; CTranslate2: float32, batches of 64 on every
+core), and every batch's steps are counted in row-steps (one row of the
+decoder through one step; beam search runs `beam` rows a sentence):
+
+- `engine`: a batch runs until its last row has ended, so each batch adds
+  `steps x rows x beam`, its padding rows included;
+- `engine, finished sources dropped`: what the same search would run if
+  a source left the batch as soon as all its beam rows had ended (from the
+  program that returns every beam row, `n_best=beam`, the same loop);
+- `ctranslate2`: CTranslate2 drops a sentence from its batch once it is
+  finished (greedy: its end token; beam search with a length penalty: its
+  `beam` hypotheses set aside, a finished one replaced by the next
+  candidate), so each sentence adds its own steps, read from the longest
+  of its `beam` hypotheses (`num_hypotheses=beam`, which leaves the search
+  as it is).
+
+Each translator is also timed: a warm-up pass, then `--passes` passes of
+translating alone (tokenizing included), median; microseconds a row-step
+are that time over the row-steps, so that the ratio of the two speeds
+splits into the ratio of row-steps and the ratio of the cost of one.
+Writes `results.json` and `results.md` to `--out`.
+"""
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks.machine import cpu_name
+
+
+def parse_args(argv=None):
+    """The command line of `python -m benchmarks.search_steps`.
+
+    Example:
+
+    >>> args = parse_args(["--model", "runs/es-en"])
+    >>> args.beams, args.sentences, args.passes
+    ([1, 4], 605, 3)
+    """
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search_steps", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="a `keras-transformer train` output folder")
+    parser.add_argument("--split", default="test", help="of the embedded corpus (default: %(default)s)")
+    parser.add_argument("--sentences", type=int, default=605, help="the split's first N (default: %(default)s)")
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="(default: 1 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="the longest output, both translators (default: the run's)")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes after a warm-up (default: %(default)s)")
+    parser.add_argument("--out", default="benchmark_results/search_steps", help="folder for the results")
+    return parser.parse_args(argv)
+
+
+def ended_steps(tokens, limit):
+    """The step at which each row ended: its end token's index plus one, or `limit` for a row that never ended.
+
+    Example:
+
+    >>> ended_steps(np.array([[5, 3, 0, 0], [5, 6, 7, 8]]), 4).tolist()  # END_ID is 3
+    [2, 4]
+    """
+    from keras_transformer_runtime.special_tokens import END_ID
+
+    ended = np.asarray(tokens) == END_ID
+    return np.where(ended.any(axis=-1), ended.argmax(axis=-1) + 1, limit)
+
+
+class StepCounter:
+    """Row-steps of every batch an engine decoded, as it ran them and as a loop that dropped finished sources would.
+
+    Wraps the translator's `_decode` (greedy: each row's tokens) or, for a
+    translator of `n_best=beam`, its `_decode_n_best` (every beam row of
+    each source), and its `_padded_batch`, which says how many of a
+    batch's rows are sentences (the others repeat the first, to fill the
+    batch's shape). The translator must decode its batches one at a time,
+    in order (`parallel_batches=1`).
+
+    Example:
+
+    >>> class Stub:
+    ...     beam_width = 1
+    ...     def _padded_batch(self, ids, batch_rows=None):
+    ...         return np.array(ids + ids[:1])  # the last row fills the batch
+    ...     def _decode(self, source):
+    ...         return np.array([[5, 3, 0], [5, 6, 3], [5, 3, 0]])
+    >>> stub = Stub()
+    >>> counter = StepCounter(stub)
+    >>> _ = stub._decode(stub._padded_batch([[7, 3], [8, 3]]))
+    >>> counter.run, counter.dropped, counter.sources
+    (9, 5, 2)
+    """
+
+    def __init__(self, translator):
+        self.run = self.dropped = self.sources = 0
+        self._sentences = collections.deque()  # of each padded batch, in order
+        beam = translator.beam_width
+        padded_batch = translator._padded_batch
+
+        def counted_padding(ids, *args, **kwargs):
+            self._sentences.append(len(ids))
+            return padded_batch(ids, *args, **kwargs)
+
+        translator._padded_batch = counted_padding
+        if beam == 1:
+            decode = translator._decode
+
+            def counted(source):
+                tokens = np.asarray(decode(source))
+                self._add(source, ended_steps(tokens, tokens.shape[1]), tokens.shape[1], 1)
+                return tokens
+
+            translator._decode = counted
+        else:
+            decode_n_best = translator._decode_n_best
+
+            def counted_n_best(source, n, *args, **kwargs):
+                best = decode_n_best(source, n, *args, **kwargs)
+                steps = best.tokens.shape[2]
+                self._add(source, ended_steps(best.tokens, steps).max(axis=1), steps, beam)
+                return best
+
+            translator._decode_n_best = counted_n_best
+
+    def _add(self, source, source_steps, steps, beam):
+        sentences = self._sentences.popleft()
+        self.run += steps * len(source) * beam
+        self.dropped += int(source_steps[:sentences].sum()) * beam
+        self.sources += sentences
+
+
+class CTranslate2StepCounter:
+    """Row-steps CTranslate2 ran for the batches a `CTranslate2Translator` decoded: each sentence's steps x beam.
+
+    Wraps the translator's `translate_batch` to ask for all `beam_width`
+    hypotheses (the search is the same; the first is still the best). A
+    sentence's steps are those of its longest hypothesis, plus its end
+    token where it had room for one.
+
+    Example (one sentence of `beam_width` 1 that ended after 2 pieces: 3 steps):
+
+    >>> class Result:
+    ...     hypotheses = [["▁a", "▁b"]]
+    >>> class Stub:
+    ...     beam_width, max_new_tokens = 1, 10
+    ...     def translate_batch(self, rows, num_hypotheses=1):
+    ...         return [Result() for _ in rows]
+    >>> stub = Stub()
+    >>> counter = CTranslate2StepCounter(stub)
+    >>> _ = stub.translate_batch([[5, 3]])
+    >>> counter.run
+    3
+    """
+
+    def __init__(self, translator):
+        self.run = 0
+        translate_batch = translator.translate_batch
+        beam, limit = translator.beam_width, translator.max_new_tokens
+
+        def counted(source, **options):
+            results = translate_batch(source, **{"num_hypotheses": beam, **options})
+            for result in results:
+                self.run += min(max(len(hypothesis) for hypothesis in result.hypotheses) + 1, limit) * beam
+            return results
+
+        translator.translate_batch = counted
+
+
+def _timed(translator, sources, passes):
+    translator(sources)  # compiles, fills caches
+    seconds = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        translator(sources)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def _engine(args, beam, n_best=None, parallel_batches="auto"):
+    from keras_transformer_cli.serve import write_program_in_a_child
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+    from keras_transformer_runtime.program_cache import ProgramCache
+
+    return load_compiled_translator(args.model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
+                                    n_best=n_best, max_new_tokens=args.max_new_tokens,
+                                    parallel_batches=parallel_batches)
+
+
+def _ctranslate2(args, beam, folder):
+    from keras_transformer.translation.ctranslate2_model import CTranslate2Translator
+    from keras_transformer.translation.ctranslate2_model import export_ctranslate2
+
+    if not os.path.isdir(folder):
+        export_ctranslate2(args.model, folder)
+    return CTranslate2Translator(folder, beam_width=beam, intra_threads=os.cpu_count(),
+                                 max_new_tokens=args.max_new_tokens)
+
+
+def measure(args, log=print):
+    """One row per beam width: row-steps and microseconds a row-step of the engine and of CTranslate2."""
+    import tempfile
+
+    from keras_transformer.data.corpus import load_bible_pairs
+
+    sources = [pair.source for pair in load_bible_pairs(args.split)[: args.sentences]]
+    folder = os.path.join(tempfile.mkdtemp(prefix="search_steps_"), "ctranslate2")
+    rows = []
+    for beam in args.beams:
+        engine = _engine(args, beam)
+        engine_seconds = _timed(engine, sources, args.passes)
+        counted = _engine(args, beam, n_best=beam if beam > 1 else None, parallel_batches=1)
+        counter = StepCounter(counted)
+        same = counted(sources) == engine(sources)
+        ctranslate2 = _ctranslate2(args, beam, folder)
+        ctranslate2_seconds = _timed(ctranslate2, sources, args.passes)
+        ctranslate2_counter = CTranslate2StepCounter(ctranslate2)
+        ctranslate2(sources)
+        row = dict(beam=beam, sentences=len(sources), engine_batch=engine.batch_size,
+                   engine_parallel_batches=engine.parallel_batches, counted_translations_equal=bool(same),
+                   engine_row_steps=counter.run, engine_row_steps_finished_dropped=counter.dropped,
+                   ctranslate2_row_steps=ctranslate2_counter.run,
+                   engine_seconds=engine_seconds, ctranslate2_seconds=ctranslate2_seconds)
+        row.update(_ratios(row), engine_seconds=round(engine_seconds, 4), ctranslate2_seconds=round(ctranslate2_seconds, 4))
+        log(json.dumps(row))
+        rows.append(row)
+    return rows
+
+
+def _ratios(row):
+    engine_us = 1e6 * row["engine_seconds"] / row["engine_row_steps"]
+    ctranslate2_us = 1e6 * row["ctranslate2_seconds"] / row["ctranslate2_row_steps"]
+    return dict(engine_us_per_row_step=round(engine_us, 2), ctranslate2_us_per_row_step=round(ctranslate2_us, 2),
+                speed_ratio=round(row["ctranslate2_seconds"] / row["engine_seconds"], 3),
+                row_steps_ratio=round(row["engine_row_steps"] / row["ctranslate2_row_steps"], 3),
+                row_step_cost_ratio=round(engine_us / ctranslate2_us, 3))
+
+
+def markdown(rows, machine=""):
+    """The rows as a Markdown table; the speed ratio is the inverse of row-steps ratio x cost ratio.
+
+    Example:
+
+    >>> row = dict(beam=1, sentences=10, engine_row_steps=200, engine_row_steps_finished_dropped=150,
+    ...            ctranslate2_row_steps=160, engine_seconds=0.2, ctranslate2_seconds=0.1)
+    >>> print(markdown([{**row, **_ratios(row)}]).splitlines()[-1])
+    | 1 | 10 | 200 | 150 | 160 | 1000.0 | 625.0 | 1.25x | 1.60x | 0.50x |
+    """
+    lines = [f"Machine: {machine}\n" if machine else "",
+             "| beam | sentences | engine row-steps | engine, finished sources dropped | CTranslate2 row-steps "
+             "| engine us a row-step | CTranslate2 us a row-step | row-steps, engine / CTranslate2 "
+             "| cost of a row-step, engine / CTranslate2 | speed, engine / CTranslate2 |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['beam']} | {r['sentences']} | {r['engine_row_steps']} | "
+                     f"{r['engine_row_steps_finished_dropped']} | {r['ctranslate2_row_steps']} | "
+                     f"{r['engine_us_per_row_step']} | {r['ctranslate2_us_per_row_step']} | "
+                     f"{r['row_steps_ratio']:.2f}x | {r['row_step_cost_ratio']:.2f}x | {r['speed_ratio']:.2f}x |")
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def main(argv=None):
+    """Measures, then writes `results.json` and `results.md` to `--out`."""
+    args = parse_args(argv)
+    rows = measure(args)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(markdown(rows, cpu_name()))
+    print(markdown(rows, cpu_name()))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
