@@ -25,7 +25,10 @@ Each translator is also timed: a warm-up pass, then `--passes` passes of
 translating alone (tokenizing included), median; microseconds a row-step
 are that time over the row-steps, so that the ratio of the two speeds
 splits into the ratio of row-steps and the ratio of the cost of one.
-Writes `results.json` and `results.md` to `--out`.
+A row also counts the translations that are CTranslate2's, word for word.
+`--beam-search pooled --early-stopping` counts the engine's search that
+sets finished hypotheses aside and stops a sentence at `beam` of them,
+as CTranslate2's beam search does with a length penalty. Writes `results.json` and `results.md` to `--out`.
 """
 
 import argparse
@@ -56,6 +59,11 @@ def parse_args(argv=None):
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="(default: 1 4)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="the longest output, both translators (default: the run's)")
+    parser.add_argument("--beam-search", choices=["kept", "pooled"], default="kept",
+                        help="the engine's beam search (default: %(default)s, a trained run's)")
+    parser.add_argument("--early-stopping", action="store_true",
+                        help="with --beam-search pooled: a sentence stops once it has `beam` finished hypotheses, "
+                             "as CTranslate2's does with a length penalty")
     parser.add_argument("--passes", type=int, default=3, help="timed passes after a warm-up (default: %(default)s)")
     parser.add_argument("--out", default="benchmark_results/search_steps", help="folder for the results")
     return parser.parse_args(argv)
@@ -192,7 +200,8 @@ def _engine(args, beam, n_best=None, parallel_batches="auto"):
 
     return load_compiled_translator(args.model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
                                     n_best=n_best, max_new_tokens=args.max_new_tokens,
-                                    parallel_batches=parallel_batches)
+                                    parallel_batches=parallel_batches, beam_search=args.beam_search,
+                                    early_stopping=args.early_stopping)
 
 
 def _ctranslate2(args, beam, folder):
@@ -219,17 +228,21 @@ def measure(args, log=print):
         engine_seconds = _timed(engine, sources, args.passes)
         counted = _engine(args, beam, n_best=beam if beam > 1 else None, parallel_batches=1)
         counter = StepCounter(counted)
-        same = counted(sources) == engine(sources)
+        ours = engine(sources)
+        same = counted(sources) == ours
         ctranslate2 = _ctranslate2(args, beam, folder)
         ctranslate2_seconds = _timed(ctranslate2, sources, args.passes)
         ctranslate2_counter = CTranslate2StepCounter(ctranslate2)
-        ctranslate2(sources)
-        row = dict(beam=beam, sentences=len(sources), engine_batch=engine.batch_size,
+        theirs = ctranslate2(sources)
+        row = dict(beam=beam, beam_search=args.beam_search, early_stopping=args.early_stopping,
+                   sentences=len(sources), engine_batch=engine.batch_size,
                    engine_parallel_batches=engine.parallel_batches, counted_translations_equal=bool(same),
+                   translations_as_ctranslate2s=sum(a == b for a, b in zip(ours, theirs)),
                    engine_row_steps=counter.run, engine_row_steps_finished_dropped=counter.dropped,
                    ctranslate2_row_steps=ctranslate2_counter.run,
                    engine_seconds=engine_seconds, ctranslate2_seconds=ctranslate2_seconds)
-        row.update(_ratios(row), engine_seconds=round(engine_seconds, 4), ctranslate2_seconds=round(ctranslate2_seconds, 4))
+        row.update(_ratios(row), engine_seconds=round(engine_seconds, 4),
+                   ctranslate2_seconds=round(ctranslate2_seconds, 4))
         log(json.dumps(row))
         rows.append(row)
     return rows
@@ -249,35 +262,43 @@ def markdown(rows, machine=""):
 
     Example:
 
-    >>> row = dict(beam=1, sentences=10, engine_row_steps=200, engine_row_steps_finished_dropped=150,
-    ...            ctranslate2_row_steps=160, engine_seconds=0.2, ctranslate2_seconds=0.1)
+    >>> row = dict(beam=1, beam_search="kept", early_stopping=False, sentences=10, engine_row_steps=200,
+    ...            engine_row_steps_finished_dropped=150, ctranslate2_row_steps=160, engine_seconds=0.2,
+    ...            ctranslate2_seconds=0.1, translations_as_ctranslate2s=10)
     >>> print(markdown([{**row, **_ratios(row)}]).splitlines()[-1])
-    | 1 | 10 | 200 | 150 | 160 | 1000.0 | 625.0 | 1.25x | 1.60x | 0.50x |
+    | 1 | greedy | 10 | 200 | 150 | 160 | 1000.0 | 625.0 | 1.25x | 1.60x | 0.50x | 10 |
     """
     lines = [f"Machine: {machine}\n" if machine else "",
-             "| beam | sentences | engine row-steps | engine, finished sources dropped | CTranslate2 row-steps "
-             "| engine us a row-step | CTranslate2 us a row-step | row-steps, engine / CTranslate2 "
-             "| cost of a row-step, engine / CTranslate2 | speed, engine / CTranslate2 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| beam | engine's search | sentences | engine row-steps | engine, finished sources dropped "
+             "| CTranslate2 row-steps | engine us a row-step | CTranslate2 us a row-step "
+             "| row-steps, engine / CTranslate2 | cost of a row-step, engine / CTranslate2 "
+             "| speed, engine / CTranslate2 | translations as CTranslate2's |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['beam']} | {r['sentences']} | {r['engine_row_steps']} | "
+        search = "greedy" if r["beam"] == 1 else r["beam_search"] + (", early stopping" if r["early_stopping"] else "")
+        lines.append(f"| {r['beam']} | {search} | {r['sentences']} | {r['engine_row_steps']} | "
                      f"{r['engine_row_steps_finished_dropped']} | {r['ctranslate2_row_steps']} | "
                      f"{r['engine_us_per_row_step']} | {r['ctranslate2_us_per_row_step']} | "
-                     f"{r['row_steps_ratio']:.2f}x | {r['row_step_cost_ratio']:.2f}x | {r['speed_ratio']:.2f}x |")
+                     f"{r['row_steps_ratio']:.2f}x | {r['row_step_cost_ratio']:.2f}x | {r['speed_ratio']:.2f}x | "
+                     f"{r['translations_as_ctranslate2s']} |")
     return "\n".join(line for line in lines if line) + "\n"
 
 
 def main(argv=None):
-    """Measures, then writes `results.json` and `results.md` to `--out`."""
+    """Measures, then adds the rows to `results.json` and `results.md` in `--out` (several runs share a folder)."""
     args = parse_args(argv)
     rows = measure(args)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    path = os.path.join(args.out, "results.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = json.load(f) + rows
+    with open(path, "w") as f:
         json.dump(rows, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(markdown(rows, cpu_name()))
     print(markdown(rows, cpu_name()))
-    return rows
+    return rows[-len(args.beams):]
 
 
 if __name__ == "__main__":

@@ -554,8 +554,16 @@ def test_search_steps_splits_the_gap_to_ctranslate2_into_steps_and_the_cost_of_o
         assert 0 < row["engine_row_steps_finished_dropped"] <= row["engine_row_steps"]
         assert row["engine_row_steps"] <= 12 * row["beam"] * row["engine_batch"] * 6
         assert 0 < row["ctranslate2_row_steps"] <= 12 * row["beam"] * 6
-        assert row["speed_ratio"] == pytest.approx(1 / (row["row_steps_ratio"] * row["row_step_cost_ratio"]), rel=0.02)
+        assert row["row_steps_ratio"] == pytest.approx(row["engine_row_steps"] / row["ctranslate2_row_steps"], rel=1e-3)
+        assert row["speed_ratio"] == pytest.approx(row["ctranslate2_seconds"] / row["engine_seconds"], rel=0.01)
     # Greedy: CTranslate2 runs each sentence to its end token, as ours would with finished sources dropped.
     assert greedy["ctranslate2_row_steps"] == greedy["engine_row_steps_finished_dropped"]
-    assert "| row-steps, engine / CTranslate2 |" in (tmp_path / "results.md").read_text()
+    assert greedy["translations_as_ctranslate2s"] == 6  # the same greedy search
+    (pooled,) = search_steps.main(["--model", str(trained_run), "--sentences", "6", "--passes", "1", "--beams", "4",
+                                   "--beam-search", "pooled", "--early-stopping", "--max-new-tokens", "12",
+                                   "--out", str(tmp_path)])
+    assert pooled["counted_translations_equal"] and pooled["engine_row_steps"] <= 12 * 4 * pooled["engine_batch"] * 6
+    table = (tmp_path / "results.md").read_text()
+    assert "| row-steps, engine / CTranslate2 |" in table and "| 4 | pooled, early stopping | 6 |" in table
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 3
     assert doctest.testmod(search_steps).failed == 0
