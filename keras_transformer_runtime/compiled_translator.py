@@ -25,6 +25,7 @@ import numpy as np
 from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
 from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
+from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.fixed_shape_program import FixedShapePrograms
 from keras_transformer_runtime.hypotheses import NBest
@@ -216,7 +217,7 @@ class CompiledTranslator(TextTranslator):
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
                         with lapack_setup_skipped(fixed or self.program):
-                            compiled = run.lower(self._weights, source, *forced).compile()
+                            compiled = compile_for_cpu(run.lower(self._weights, source, *forced))
                         self._compiled[shape] = compiled
         return compiled
 

@@ -1,0 +1,43 @@
+"""The engine's programs on a CPU: compiled without YNNPACK's products, the same numbers, older XLAs unharmed."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from keras_transformer_runtime.cpu_compiler_options import CPU_COMPILER_OPTIONS  # noqa: E402
+from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu  # noqa: E402
+
+
+def _lowered(rows=8):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((rows, 128), np.float32), rng.standard_normal((128, 512), np.float32)
+    return jax.jit(lambda x, w: jax.nn.relu(x @ w)).lower(a, b), (a, b)
+
+
+def test_a_product_of_several_rows_leaves_ynnpack_and_gives_the_same_numbers():
+    if jax.default_backend() != "cpu":
+        pytest.skip("the options are for XLA's CPU backend")
+    lowered, inputs = _lowered()
+    plain = lowered.compile()
+    if "__ynn_fusion" not in plain.as_text():
+        pytest.skip("this JAX's XLA sends no product to YNNPACK")
+    ours = compile_for_cpu(lowered)
+    assert "__ynn_fusion" not in ours.as_text()
+    np.testing.assert_allclose(np.asarray(ours(*inputs)), np.asarray(plain(*inputs)), rtol=1e-5, atol=1e-5)
+
+
+def test_an_xla_that_refuses_the_options_compiles_without_them():
+    calls = []
+
+    class Refusing:
+        def compile(self, compiler_options=None):
+            calls.append(compiler_options)
+            if compiler_options:
+                raise RuntimeError("No such compile option: 'xla_cpu_experimental_ynn_fusion_type'")
+            return "compiled"
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("off a CPU the options are never asked for")
+    assert compile_for_cpu(Refusing()) == "compiled"
+    assert calls == [CPU_COMPILER_OPTIONS, None]
