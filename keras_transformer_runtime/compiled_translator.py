@@ -217,7 +217,7 @@ class CompiledTranslator(TextTranslator):
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
                         with lapack_setup_skipped(fixed or self.program):
-                            compiled = compile_for_cpu(run.lower(self._weights, source, *forced))
+                            compiled = compile_for_cpu(run.lower(self._weights, source, *forced), self._weights)
                         self._compiled[shape] = compiled
         return compiled
 
