@@ -31,7 +31,7 @@ def leaves_ynnpack(weights):
         weights: the program's weight arrays (anything with `shape` and `dtype`).
 
     Returns:
-        bool: no integer weight (a quantized model's products are
+        bool: no integer matrix (a quantized model's products are
         YNNPACK's fastest), and no matrix whose smaller side is wider
         than `YNNPACK_FREE_WIDTH`.
 
@@ -40,11 +40,12 @@ def leaves_ynnpack(weights):
     >>> tiny = [np.zeros((4000, 128), np.float32), np.zeros((128, 512), np.float32)]
     >>> leaves_ynnpack(tiny), leaves_ynnpack([np.zeros((512, 2048), np.float32)])
     (True, False)
-    >>> leaves_ynnpack(tiny + [np.zeros((128, 512), np.int8)])
-    False
+    >>> leaves_ynnpack(tiny + [np.zeros((2,), np.uint32)]), leaves_ynnpack(tiny + [np.zeros((128, 512), np.int8)])
+    (True, False)
     """
     matrices = [w for w in weights if len(w.shape) == 2]
-    if any(np.issubdtype(np.dtype(w.dtype), np.integer) for w in weights) or not matrices:
+    # An integer kernel is a quantized product's; an integer vector, a dropout's seed, say.
+    if not matrices or any(np.issubdtype(np.dtype(w.dtype), np.integer) for w in weights if len(w.shape) >= 2):
         return False
     return max(min(w.shape) for w in matrices) <= YNNPACK_FREE_WIDTH
 

@@ -35,7 +35,8 @@ def test_only_float32_models_at_most_256_wide_leave_ynnpack():
     def matrix(rows, columns, dtype=np.float32):
         return np.zeros((rows, columns), dtype)
 
-    assert leaves_ynnpack([matrix(4000, 128), matrix(128, 512), np.zeros((128,), np.float32)])
+    # A dropout's seed is an integer weight too, not a quantized product's.
+    assert leaves_ynnpack([matrix(4000, 128), matrix(128, 512), np.zeros((128,), np.float32), np.zeros((2,), np.uint32)])
     assert leaves_ynnpack([matrix(8000, 256), matrix(256, 1024)])
     assert not leaves_ynnpack([matrix(65001, 512), matrix(512, 2048)])
     assert not leaves_ynnpack([matrix(4000, 128), matrix(128, 512, np.int8), np.zeros((512,), np.float32)])
