@@ -286,17 +286,10 @@ def markdown(rows, machine=""):
 
 def main(argv=None):
     """Measures, then adds the rows to `results.json` and `results.md` in `--out` (several runs share a folder)."""
+    from benchmarks.results_folder import add_rows
+
     args = parse_args(argv)
-    rows = measure(args)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "results.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = json.load(f) + rows
-    with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(markdown(rows, cpu_name()))
+    rows = add_rows(args.out, measure(args), lambda rows: markdown(rows, cpu_name()))
     print(markdown(rows, cpu_name()))
     return rows[-len(args.beams):]
 

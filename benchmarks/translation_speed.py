@@ -326,17 +326,10 @@ def _percent(fraction):
 
 def main(argv=None):
     """Measures, then adds the rows to `results.json` and `results.md` in `--out` (several runs share a folder)."""
+    from benchmarks.results_folder import add_rows
+
     args = parse_args(argv)
-    rows = measure(args)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "results.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = json.load(f) + rows
-    with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(markdown(rows))
+    rows = add_rows(args.out, measure(args), markdown)
     print(markdown(rows))
     return rows
 
