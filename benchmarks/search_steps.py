@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 from benchmarks.machine import cpu_name
+from benchmarks.translation_speed import ended_steps
 
 
 def parse_args(argv=None):
@@ -67,20 +68,6 @@ def parse_args(argv=None):
     parser.add_argument("--passes", type=int, default=3, help="timed passes after a warm-up (default: %(default)s)")
     parser.add_argument("--out", default="benchmark_results/search_steps", help="folder for the results")
     return parser.parse_args(argv)
-
-
-def ended_steps(tokens, limit):
-    """The step at which each row ended: its end token's index plus one, or `limit` for a row that never ended.
-
-    Example:
-
-    >>> ended_steps(np.array([[5, 3, 0, 0], [5, 6, 7, 8]]), 4).tolist()  # END_ID is 3
-    [2, 4]
-    """
-    from keras_transformer_runtime.special_tokens import END_ID
-
-    ended = np.asarray(tokens) == END_ID
-    return np.where(ended.any(axis=-1), ended.argmax(axis=-1) + 1, limit)
 
 
 class StepCounter:
@@ -221,31 +208,33 @@ def measure(args, log=print):
     from keras_transformer.data.corpus import load_bible_pairs
 
     sources = [pair.source for pair in load_bible_pairs(args.split)[: args.sentences]]
-    folder = os.path.join(tempfile.mkdtemp(prefix="search_steps_"), "ctranslate2")
-    rows = []
-    for beam in args.beams:
-        engine = _engine(args, beam)
-        engine_seconds = _timed(engine, sources, args.passes)
-        counted = _engine(args, beam, n_best=beam if beam > 1 else None, parallel_batches=1)
-        counter = StepCounter(counted)
-        ours = engine(sources)
-        same = counted(sources) == ours
-        ctranslate2 = _ctranslate2(args, beam, folder)
-        ctranslate2_seconds = _timed(ctranslate2, sources, args.passes)
-        ctranslate2_counter = CTranslate2StepCounter(ctranslate2)
-        theirs = ctranslate2(sources)
-        row = dict(beam=beam, beam_search=args.beam_search, early_stopping=args.early_stopping,
-                   sentences=len(sources), engine_batch=engine.batch_size,
-                   engine_parallel_batches=engine.parallel_batches, counted_translations_equal=bool(same),
-                   translations_as_ctranslate2s=sum(a == b for a, b in zip(ours, theirs)),
-                   engine_row_steps=counter.run, engine_row_steps_finished_dropped=counter.dropped,
-                   ctranslate2_row_steps=ctranslate2_counter.run,
-                   engine_seconds=engine_seconds, ctranslate2_seconds=ctranslate2_seconds)
-        row.update(_ratios(row), engine_seconds=round(engine_seconds, 4),
-                   ctranslate2_seconds=round(ctranslate2_seconds, 4))
-        log(json.dumps(row))
-        rows.append(row)
-    return rows
+    with tempfile.TemporaryDirectory(prefix="search_steps_") as work:
+        return [_measure_beam(args, beam, sources, os.path.join(work, "ctranslate2"), log) for beam in args.beams]
+
+
+def _measure_beam(args, beam, sources, folder, log):
+    """One beam width's row (`measure`); CTranslate2's export goes to `folder`, once."""
+    engine = _engine(args, beam)
+    engine_seconds = _timed(engine, sources, args.passes)
+    counted = _engine(args, beam, n_best=beam if beam > 1 else None, parallel_batches=1)
+    counter = StepCounter(counted)
+    ours = engine(sources)
+    same = counted(sources) == ours
+    ctranslate2 = _ctranslate2(args, beam, folder)
+    ctranslate2_seconds = _timed(ctranslate2, sources, args.passes)
+    ctranslate2_counter = CTranslate2StepCounter(ctranslate2)
+    theirs = ctranslate2(sources)
+    row = dict(beam=beam, beam_search=args.beam_search, early_stopping=args.early_stopping,
+               sentences=len(sources), engine_batch=engine.batch_size,
+               engine_parallel_batches=engine.parallel_batches, counted_translations_equal=bool(same),
+               translations_as_ctranslate2s=sum(a == b for a, b in zip(ours, theirs)),
+               engine_row_steps=counter.run, engine_row_steps_finished_dropped=counter.dropped,
+               ctranslate2_row_steps=ctranslate2_counter.run,
+               engine_seconds=engine_seconds, ctranslate2_seconds=ctranslate2_seconds)
+    row.update(_ratios(row), engine_seconds=round(engine_seconds, 4),
+               ctranslate2_seconds=round(ctranslate2_seconds, 4))
+    log(json.dumps(row))
+    return row
 
 
 def _ratios(row):

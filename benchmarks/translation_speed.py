@@ -106,6 +106,20 @@ class _SavedModelTranslator:
         return outputs
 
 
+def ended_steps(tokens, limit):
+    """The step at which each row ended: its end token's index plus one, or `limit` for a row that never ended.
+
+    Example:
+
+    >>> ended_steps(np.array([[5, 3, 0, 0], [5, 6, 7, 8]]), 4).tolist()  # END_ID is 3
+    [2, 4]
+    """
+    from keras_transformer_runtime.special_tokens import END_ID
+
+    ended = np.asarray(tokens) == END_ID
+    return np.where(ended.any(axis=-1), ended.argmax(axis=-1) + 1, limit)
+
+
 class RowSteps:
     """Counts a `Translator`'s generated row-steps, and those after a row's end token.
 
@@ -130,13 +144,11 @@ class RowSteps:
         decode = translator._decode
 
         def counted(source):
-            from keras_transformer_runtime.special_tokens import END_ID
-
             generated = decode(source)
-            ended = np.asarray(generated) == END_ID
-            lengths = np.where(ended.any(axis=1), ended.argmax(axis=1) + 1, ended.shape[1])
-            self.total += ended.size
-            self.after_end += int((ended.shape[1] - lengths).sum())
+            tokens = np.asarray(generated)
+            lengths = ended_steps(tokens, tokens.shape[1])
+            self.total += tokens.size
+            self.after_end += int((tokens.shape[1] - lengths).sum())
             return generated
 
         translator._decode = counted

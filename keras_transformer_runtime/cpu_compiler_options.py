@@ -8,7 +8,7 @@ side: there, a call into the library costs more than it saves. On a
 2-core AMD EPYC without AVX-512 (2026-11-28, JAX 0.10.2), the engine
 translated the 605 test sentences 1.22x (greedy) and 1.26x (beam 4) faster
 with XLA's own code, the same translations. At opus-mt-es-en's width
-(512) float32 steps took 0.86-1.13x their time with YNNPACK, and int8 ones
+(512) float32 steps took 0.93-1.13x their time with YNNPACK, and int8 ones
 1.15-3.2x: YNNPACK's int8 product is the fast one
 (benchmarks/results/cpu-engine-without-ynnpack). So only a float32
 program of a model at most `YNNPACK_FREE_WIDTH` wide leaves YNNPACK.
