@@ -16,7 +16,10 @@ to warm up, then `--repeats` calls, median. Engines: the compiled engine
 (`load_compiled_translator`, the imported run's default search with
 `max_new_tokens`; its program written first by a child `translate`), as
 float32 and after Keras' `model.quantize` (`--quantize`); CTranslate2's
-`translate_batch` on every core (`intra_threads`), float32 and int8.
+`translate_batch` on every core (`intra_threads`), float32 and int8. With
+`--lone-rows N`, greedy search's lone sentence also runs quantized in N
+rows, its copies' translations dropped: where XLA hands a product of one
+row to its own code and one of several to YNNPACK's int8 kernel.
 
 Writes `results.json` and `results.md` to `--out`.
 """
@@ -38,7 +41,7 @@ SENTENCE = "¿Dónde está el niño? Tiene 123 ovejas."
 SEARCHES = {"greedy": (1, 8), "beam 4": (4, 4)}  # beam width, the engine's batch on a CPU
 
 
-def _engine(run, beam, new_tokens, quantize):
+def _engine(run, beam, new_tokens, quantize, lone_rows=None):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
@@ -50,6 +53,8 @@ def _engine(run, beam, new_tokens, quantize):
         no_repeat_ngram_size=search.no_repeat_ngram, beam_search=search.beam_search,
         early_stopping=search.early_stopping, max_new_tokens=new_tokens, write=write_program_in_a_child,
         quantize=quantize)
+    if lone_rows:
+        translator.lone_sentence_rows = lone_rows  # the sentence repeated, the copies' translations dropped
 
     def translate(rows):
         return [len(text.split()) for text in translator([SENTENCE] * rows)]
@@ -83,8 +88,13 @@ def time_calls(translate, rows, repeats):
     return statistics.median(seconds), lengths
 
 
-def measure(work, repeats, new_tokens, quantize, shape="opus-mt"):
-    """One row per engine, search and number of sentences: ms a step and the outputs' lengths."""
+def measure(work, repeats, new_tokens, quantize, shape="opus-mt", lone_rows=None):
+    """One row per engine, search and number of sentences: ms a step and the outputs' lengths.
+
+    With `lone_rows`, one engine more for greedy search: the quantized one
+    decoding a lone sentence in that many rows (a matrix product where one
+    row is a vector's).
+    """
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
     from marian_fixtures import make_marian_folder
 
@@ -105,8 +115,13 @@ def measure(work, repeats, new_tokens, quantize, shape="opus-mt"):
                    f"engine {quantize}": _engine(run, beam, new_tokens, quantize),
                    "CTranslate2 float32": _ctranslate2(converted["float32"], folder / "source.spm", beam, new_tokens),
                    "CTranslate2 int8": _ctranslate2(converted["int8"], folder / "source.spm", beam, new_tokens)}
+        if lone_rows and beam == 1:  # a beam's lone sentence has its beam's rows already
+            engines[f"engine {quantize}, a lone sentence in {lone_rows} rows"] = _engine(run, beam, new_tokens,
+                                                                                       quantize, lone_rows)
         for sentences in (1, batch):
             for name, translate in engines.items():
+                if sentences > 1 and name.endswith(" rows"):
+                    continue  # only a lone sentence is padded
                 seconds, lengths = time_calls(translate, sentences, repeats)
                 rows.append({"engine": name, "search": search, "sentences": sentences, "seconds": seconds,
                              "ms_a_step": 1000 * seconds / new_tokens, "output_lengths": lengths})
@@ -127,7 +142,8 @@ def write_report(rows, out, command, quantize, shape="opus-mt"):
         cells = {row["engine"]: row["ms_a_step"] for row in rows
                  if row["search"] == search and row["sentences"] == sentences}
         ratio = cells["CTranslate2 int8"] / cells[f"engine {quantize}"]
-        lines.append(f"| {search} | {sentences} | " + " | ".join(f"{cells[name]:.2f}" for name in engines)
+        lines.append(f"| {search} | {sentences} | " + " | ".join(f"{cells[name]:.2f}" if name in cells else "—"
+                                                             for name in engines)
                      + f" | {ratio:.2f}x |")
     lines += ["", "The ratio is CTranslate2 int8's time over the engine's: above 1, the engine is faster."]
     (out / "results.md").write_text("\n".join(lines) + "\n")
@@ -141,12 +157,15 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=127, help="steps a hypothesis runs (default: 127)")
     parser.add_argument("--quantize", default="int8", choices=("int8", "int4"), help="the engine's Keras mode")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="opus-mt", help="tiny: a smoke test in a minute")
+    parser.add_argument("--lone-rows", type=int, help="also the quantized engine with a lone sentence in this many "
+                        "rows (its copies' translations dropped)")
     args = parser.parse_args(argv)
     kept = os.environ.get("KERAS_TRANSFORMER_CACHE_DIR")
     with tempfile.TemporaryDirectory() as work:
         os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = str(pathlib.Path(work) / "cache")  # the child writers' cache too
         try:
-            rows = measure(pathlib.Path(work), args.repeats, args.new_tokens, args.quantize, args.shape)
+            rows = measure(pathlib.Path(work), args.repeats, args.new_tokens, args.quantize, args.shape,
+                           args.lone_rows)
         finally:
             if kept is None:
                 os.environ.pop("KERAS_TRANSFORMER_CACHE_DIR")
