@@ -24,9 +24,9 @@ measures "before" on the same machine, model and sentences. The others
 export the model first, into a temporary folder: `ctranslate2` and `ctranslate2-int8`
 decode with `CTranslate2Translator` (float32 weights; int8 computation) one
 batch at a time on as many threads as the machine has cores;
-`ctranslate2-parallel` (float32) one batch a core, one thread each, as the
-engine does (`parallel_batches`); `savedmodel` calls the exported
-SavedModel's signature in batches of 64, in the split's order, as a server
+`ctranslate2-parallel` (float32) and `ctranslate2-int8-parallel` one batch
+a core, one thread each, as the engine does (`parallel_batches`);
+`savedmodel` calls the exported SavedModel's signature in batches of 64, in the split's order, as a server
 would (greedy only: the signature's search); `keras-int8` and `keras-int4`
 are the default loop on the model after Keras' `model.quantize(mode)`
 (weights and, for int8, activations in integers; the model in memory,
@@ -53,7 +53,7 @@ import numpy as np
 
 LOOPS = {"default": {}, "compiled": {"jit_compile": True}, "engine": {}, "engine-int8": {}, "ctranslate2": {},
          "ctranslate2-int8": {},
-         "ctranslate2-parallel": {},
+         "ctranslate2-parallel": {}, "ctranslate2-int8-parallel": {},
          "savedmodel": {}, "keras-int8": {}, "keras-int4": {}, "transformers": {}}
 TRANSFORMERS_BATCH = 8
 # The loops that count row-steps (they decode through `_decode`).
@@ -245,7 +245,7 @@ def _translator(args, loop, beam, batch_size=None):
     options = {} if args.ctranslate2_length_penalty is None else {"length_penalty": args.ctranslate2_length_penalty}
     threads = dict(intra_threads=1, parallel_batches="auto") if loop.endswith("parallel") else \
         dict(intra_threads=os.cpu_count())
-    return CTranslate2Translator(path, beam_width=beam, compute_type="int8" if loop.endswith("int8") else "default",
+    return CTranslate2Translator(path, beam_width=beam, compute_type="int8" if "int8" in loop else "default",
                                  **threads, **options, **sized)
 
 
