@@ -9,7 +9,9 @@ Training, decoding, the command line and the benchmarks read them here.
 """
 
 import os
-import platform
+
+from keras_transformer_runtime.cpu import cpu_flags  # noqa: F401  (re-exported: timings name the CPU)
+from keras_transformer_runtime.cpu import cpu_model  # noqa: F401
 
 #: The CPU flags (as `/proc/cpuinfo` names them) that change how fast
 #: this package runs on a CPU, and how the docs name them.
@@ -35,39 +37,6 @@ def has_accelerator():
         for device in keras.distribution.list_devices()
         for kind in ("gpu", "tpu", "cuda")
     )
-
-
-def _cpuinfo_field(name):
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.split(":", 1)[0].strip() == name:
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def cpu_model():
-    """The CPU's model name, e.g. `"AMD EPYC"` (`/proc/cpuinfo`, else `platform`).
-
-    Example:
-
-    >>> isinstance(cpu_model(), str)
-    True
-    """
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
-def cpu_flags():
-    """The CPU's feature flags as a set of `/proc/cpuinfo` names (empty where unknown).
-
-    Example:
-
-    >>> isinstance(cpu_flags(), set)
-    True
-    """
-    return set((_cpuinfo_field("flags") or "").split())
 
 
 def describe_cpu():

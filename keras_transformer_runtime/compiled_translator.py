@@ -26,6 +26,7 @@ from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
 from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu
+from keras_transformer_runtime.cpu_compiler_options import lone_sentence_rows
 from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.fixed_shape_program import FixedShapePrograms
 from keras_transformer_runtime.hypotheses import NBest
@@ -191,8 +192,9 @@ class CompiledTranslator(TextTranslator):
             batch_size = CPU_BEAM_BATCH_SIZE
         self.batch_size = resolve_batch_size(batch_size, True, lambda: on_accelerator)
         # XLA's code for each shape is kept in the cache: a lone sentence
-        # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model).
-        self.lone_sentence_rows = 1
+        # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
+        # or in a few rows where that is what reaches AMX's int8 products.
+        self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights)
         self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: on_accelerator,
                                                          spare=ENGINE_SPARE_BATCHES)
         self.beam_width = int(beam_width)

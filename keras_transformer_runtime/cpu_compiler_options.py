@@ -1,61 +1,114 @@
-"""XLA's options for compiling a decoding program on a CPU: its own code for a small model's products, not YNNPACK's.
+"""How the engine's programs meet XLA's CPU kernels: YNNPACK's products or XLA's own, and a lone sentence's rows.
 
 XLA's CPU backend hands a matrix product of more than one row to YNNPACK,
-a library call that splits it over XLA's threads. A decoding step of the
-README's model (128 wide) multiplies 4 to 32 rows at a time, dozens of
-small products a step, with one batch a core already decoding side by
-side: there, a call into the library costs more than it saves. On a
-2-core AMD EPYC without AVX-512 (2026-11-28, JAX 0.10.2), the engine
-translated the 605 test sentences 1.22x (greedy) and 1.26x (beam 4) faster
-with XLA's own code, the same translations. At opus-mt-es-en's width
-(512) float32 steps took 0.93-1.13x their time with YNNPACK, and int8 ones
-1.15-3.2x: YNNPACK's int8 product is the fast one
-(benchmarks/results/cpu-engine-without-ynnpack). So only a float32
-program of a model at most `YNNPACK_FREE_WIDTH` wide leaves YNNPACK.
+a library call that splits it over XLA's threads, and emits its own code
+for a product of one row (where it widens int8 weights to float32 at every
+call). Two choices follow, each measured on 2-core hosts with JAX 0.10.2
+(benchmarks/results/cpu-engine-without-ynnpack, cpu-xeon-amx):
+
+- **YNNPACK or XLA's own code.** A decoding step of the README's model
+  (128 wide) multiplies 4 to 32 rows at a time, dozens of small products.
+  On an AMD EPYC without AVX-512 the engine translated the 605 test
+  sentences 1.22x (greedy) and 1.26x (beam 4) faster with XLA's own code;
+  on an Intel Xeon with AVX-512 it ran 0.97x and 0.93x as fast, so YNNPACK
+  stays there. At opus-mt-es-en's width (512) float32 steps took 0.93-1.13x
+  their time without YNNPACK, and int8 ones 1.15-3.2x: YNNPACK's int8
+  product is the fast one. So only a float32 program of a model at most
+  `YNNPACK_FREE_WIDTH` wide, on a CPU without AVX-512, leaves YNNPACK.
+- **A lone sentence's rows.** On a CPU with AMX, YNNPACK multiplies int8
+  matrices in AMX tiles: a greedy step of a quantized opus-mt-es-en-shaped
+  model took 6.98 ms for a lone sentence decoded in 4 rows against 12.53 ms
+  in one (CTranslate2 int8: 10.70). So there a quantized program decodes a
+  lone sentence in `QUANTIZED_LONE_SENTENCE_ROWS` rows, the copies'
+  translations dropped.
 
 A JAX whose XLA does not know the option compiles as it would without it.
 """
 
 import numpy as np
 
+from keras_transformer_runtime.cpu import cpu_flags
+
 # An empty list of fusion kinds: no product goes to YNNPACK.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 # The widest model (the largest of its matrices' smaller sides) whose programs leave YNNPACK.
 YNNPACK_FREE_WIDTH = 256
+# Rows of a lone sentence's batch for a quantized program on a CPU with AMX's int8 products.
+QUANTIZED_LONE_SENTENCE_ROWS = 4
 
 
-def leaves_ynnpack(weights):
-    """Whether a program of these weights is compiled without YNNPACK on a CPU: float32, at most 256 wide.
+def is_quantized(weights):
+    """Whether a program's weights hold an integer matrix, a quantized product's kernel.
 
     Args:
         weights: the program's weight arrays (anything with `shape` and `dtype`).
 
     Returns:
-        bool: no integer matrix (a quantized model's products are
-        YNNPACK's fastest), and no matrix whose smaller side is wider
-        than `YNNPACK_FREE_WIDTH`.
+        bool: an integer array of two or more dimensions among them (an
+        integer vector is a dropout's seed, say, not a kernel).
+
+    Example:
+
+    >>> is_quantized([np.zeros((128, 512), np.int8)]), is_quantized([np.zeros((2,), np.uint32)])
+    (True, False)
+    """
+    return any(np.issubdtype(np.dtype(w.dtype), np.integer) for w in weights if len(w.shape) >= 2)
+
+
+def leaves_ynnpack(weights, flags=None):
+    """Whether a program of these weights is compiled without YNNPACK: float32, at most 256 wide, no AVX-512.
+
+    Args:
+        weights: the program's weight arrays (anything with `shape` and `dtype`).
+        flags: the CPU's flags (`cpu_flags()` when None).
+
+    Returns:
+        bool: not quantized (`is_quantized`), no matrix whose smaller side
+        is wider than `YNNPACK_FREE_WIDTH`, and a CPU without AVX-512.
 
     Example:
 
     >>> tiny = [np.zeros((4000, 128), np.float32), np.zeros((128, 512), np.float32)]
-    >>> leaves_ynnpack(tiny), leaves_ynnpack([np.zeros((512, 2048), np.float32)])
+    >>> leaves_ynnpack(tiny, {"avx2"}), leaves_ynnpack([np.zeros((512, 2048), np.float32)], {"avx2"})
     (True, False)
-    >>> leaves_ynnpack(tiny + [np.zeros((2,), np.uint32)]), leaves_ynnpack(tiny + [np.zeros((128, 512), np.int8)])
-    (True, False)
+    >>> leaves_ynnpack(tiny + [np.zeros((128, 512), np.int8)], {"avx2"}), leaves_ynnpack(tiny, {"avx512f"})
+    (False, False)
     """
+    flags = cpu_flags() if flags is None else flags
     matrices = [w for w in weights if len(w.shape) == 2]
-    # An integer kernel is a quantized product's; an integer vector, a dropout's seed, say.
-    if not matrices or any(np.issubdtype(np.dtype(w.dtype), np.integer) for w in weights if len(w.shape) >= 2):
+    if "avx512f" in flags or not matrices or is_quantized(weights):
         return False
     return max(min(w.shape) for w in matrices) <= YNNPACK_FREE_WIDTH
 
 
-def compile_for_cpu(lowered, weights):
-    """`lowered.compile()`, with `CPU_COMPILER_OPTIONS` on a CPU when `leaves_ynnpack(weights)`.
+def lone_sentence_rows(weights, flags=None):
+    """The rows a lone sentence decodes in on a CPU: more than one for a quantized program where AMX multiplies.
+
+    Args:
+        weights: the program's weight arrays (`is_quantized`).
+        flags: the CPU's flags (`cpu_flags()` when None).
+
+    Returns:
+        int: `QUANTIZED_LONE_SENTENCE_ROWS` for a quantized program on a
+        CPU with `amx_int8`, else 1.
+
+    Example:
+
+    >>> int8 = [np.zeros((512, 2048), np.int8)]
+    >>> lone_sentence_rows(int8, {"amx_int8"}), lone_sentence_rows(int8, {"avx2"})
+    (4, 1)
+    """
+    flags = cpu_flags() if flags is None else flags
+    return QUANTIZED_LONE_SENTENCE_ROWS if "amx_int8" in flags and is_quantized(weights) else 1
+
+
+def compile_for_cpu(lowered, weights, flags=None):
+    """`lowered.compile()`, with `CPU_COMPILER_OPTIONS` on a CPU when `leaves_ynnpack(weights, flags)`.
 
     Args:
         lowered: a `jax.stages.Lowered` (`jax.jit(f).lower(...)`).
         weights: the program's weight arrays (`leaves_ynnpack`).
+        flags: the CPU's flags (`cpu_flags()` when None).
 
     Returns:
         The `jax.stages.Compiled`. On a CPU whose XLA refuses the options
@@ -70,7 +123,7 @@ def compile_for_cpu(lowered, weights):
     """
     import jax
 
-    if jax.default_backend() != "cpu" or not leaves_ynnpack(weights):
+    if jax.default_backend() != "cpu" or not leaves_ynnpack(weights, flags):
         return lowered.compile()
     try:
         return lowered.compile(compiler_options=CPU_COMPILER_OPTIONS)

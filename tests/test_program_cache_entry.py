@@ -132,3 +132,24 @@ def test_a_quantized_program_keeps_quantized_weights_in_its_own_entry_and_transl
     assert quantized_entry.name != float_entry.name
     assert "int8" in {value.dtype.name for value in read_weights(quantized_entry)}
     assert (quantized_entry / WEIGHTS_FILE).stat().st_size < 0.5 * (float_entry / WEIGHTS_FILE).stat().st_size
+
+
+@pytest.mark.end_to_end  # one program written in a child process: ~15 s
+def test_a_quantized_lone_sentence_decodes_in_four_rows_where_amx_multiplies_int8_to_one_rows_tokens(
+        trained_run, tmp_path, monkeypatch):
+    from keras_transformer_cli.serve import write_program_in_a_child
+    from keras_transformer_runtime import cpu_compiler_options
+
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE_DIR", str(tmp_path))  # the child writer's cache too
+    cache = ProgramCache()
+    outputs = {}
+    for cpu, flags in (("avx2", {"avx2", "fma"}), ("amx", {"avx2", "fma", "avx512f", "amx_tile", "amx_int8"})):
+        monkeypatch.setattr(cpu_compiler_options, "cpu_flags", lambda flags=flags: set(flags))
+        translator = load_compiled_translator(str(trained_run), cache, write=write_program_in_a_child,
+                                              quantize="int8")
+        rows, decode = [], translator._decode
+        monkeypatch.setattr(translator, "_decode", lambda source, decode=decode, rows=rows: rows.append(len(source))
+                            or decode(source))
+        outputs[cpu] = (translator(SENTENCES[:1]), rows)
+    assert outputs["avx2"][1] == [1] and outputs["amx"][1] == [4]
+    assert outputs["amx"][0] == outputs["avx2"][0] and outputs["amx"][0][0]
