@@ -191,13 +191,13 @@ class CompiledTranslator(TextTranslator):
         if batch_size == "auto" and beam_width > 1 and not on_accelerator:
             batch_size = CPU_BEAM_BATCH_SIZE
         self.batch_size = resolve_batch_size(batch_size, True, lambda: on_accelerator)
-        # XLA's code for each shape is kept in the cache: a lone sentence
-        # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
-        # or in a few rows where that is what reaches AMX's int8 products.
-        self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights)
         self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: on_accelerator,
                                                          spare=ENGINE_SPARE_BATCHES)
         self.beam_width = int(beam_width)
+        # XLA's code for each shape is kept in the cache: a lone sentence
+        # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
+        # or as a few copies where that is what reaches AMX's int8 products.
+        self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights, self.beam_width)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}

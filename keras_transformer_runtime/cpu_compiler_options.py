@@ -16,10 +16,13 @@ call). Two choices follow, each measured on 2-core hosts with JAX 0.10.2
   product is the fast one. So only a float32 program of a model at most
   `YNNPACK_FREE_WIDTH` wide, on a CPU without AVX-512, leaves YNNPACK.
 - **A lone sentence's rows.** On a CPU with AMX, YNNPACK multiplies int8
-  matrices in AMX tiles: a greedy step of a quantized opus-mt-es-en-shaped
-  model took 6.98 ms for a lone sentence decoded in 4 rows against 12.53 ms
-  in one (CTranslate2 int8: 10.70). So there a quantized program decodes a
-  lone sentence in `QUANTIZED_LONE_SENTENCE_ROWS` rows, the copies'
+  matrices of several rows in AMX tiles: a greedy step of a quantized
+  opus-mt-es-en-shaped model took 6.98 ms for a lone sentence decoded in 4
+  rows against 12.53 ms in one (CTranslate2 int8: 10.70); at the README
+  model's width (128) 4 rows were slower (13.22 against 10.98 ms a
+  sentence). So there a quantized program at least `AMX_INT8_WIDTH` wide
+  decodes a lone sentence as enough copies to give its products
+  `AMX_INT8_ROWS` rows (a beam of 4 has them already), the copies'
   translations dropped.
 
 A JAX whose XLA does not know the option compiles as it would without it.
@@ -33,8 +36,10 @@ from keras_transformer_runtime.cpu import cpu_flags
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 # The widest model (the largest of its matrices' smaller sides) whose programs leave YNNPACK.
 YNNPACK_FREE_WIDTH = 256
-# Rows of a lone sentence's batch for a quantized program on a CPU with AMX's int8 products.
-QUANTIZED_LONE_SENTENCE_ROWS = 4
+# Rows a quantized product needs on a CPU with AMX: from these on YNNPACK multiplies int8 in AMX tiles.
+AMX_INT8_ROWS = 4
+# The narrowest model whose lone sentence gains by those rows (512: 1.84x; 128: 0.83x).
+AMX_INT8_WIDTH = 512
 
 
 def is_quantized(weights):
@@ -53,6 +58,17 @@ def is_quantized(weights):
     (True, False)
     """
     return any(np.issubdtype(np.dtype(w.dtype), np.integer) for w in weights if len(w.shape) >= 2)
+
+
+def model_width(weights):
+    """A model's width as its weights show it: the largest of its matrices' smaller sides (0 without one).
+
+    Example:
+
+    >>> model_width([np.zeros((4000, 128)), np.zeros((128, 512)), np.zeros((512,))])
+    128
+    """
+    return max((min(w.shape) for w in weights if len(w.shape) == 2), default=0)
 
 
 def leaves_ynnpack(weights, flags=None):
@@ -75,31 +91,37 @@ def leaves_ynnpack(weights, flags=None):
     (False, False)
     """
     flags = cpu_flags() if flags is None else flags
-    matrices = [w for w in weights if len(w.shape) == 2]
-    if "avx512f" in flags or not matrices or is_quantized(weights):
+    if "avx512f" in flags or is_quantized(weights):
         return False
-    return max(min(w.shape) for w in matrices) <= YNNPACK_FREE_WIDTH
+    return 0 < model_width(weights) <= YNNPACK_FREE_WIDTH
 
 
-def lone_sentence_rows(weights, flags=None):
-    """The rows a lone sentence decodes in on a CPU: more than one for a quantized program where AMX multiplies.
+def lone_sentence_rows(weights, beam_width=1, flags=None):
+    """The sentences a lone sentence decodes as on a CPU: copies of it for a quantized program where AMX multiplies.
 
     Args:
         weights: the program's weight arrays (`is_quantized`).
+        beam_width: the program's beam; a batch of `n` sentences has
+            `n * beam_width` rows.
         flags: the CPU's flags (`cpu_flags()` when None).
 
     Returns:
-        int: `QUANTIZED_LONE_SENTENCE_ROWS` for a quantized program on a
-        CPU with `amx_int8`, else 1.
+        int: for a quantized program at least `AMX_INT8_WIDTH` wide on a
+        CPU with `amx_int8`, the fewest sentences whose rows reach
+        `AMX_INT8_ROWS`; else 1.
 
     Example:
 
     >>> int8 = [np.zeros((512, 2048), np.int8)]
-    >>> lone_sentence_rows(int8, {"amx_int8"}), lone_sentence_rows(int8, {"avx2"})
+    >>> lone_sentence_rows(int8, 1, {"amx_int8"}), lone_sentence_rows(int8, 4, {"amx_int8"})
     (4, 1)
+    >>> lone_sentence_rows(int8, 1, {"avx2"}), lone_sentence_rows([np.zeros((128, 512), np.int8)], 1, {"amx_int8"})
+    (1, 1)
     """
     flags = cpu_flags() if flags is None else flags
-    return QUANTIZED_LONE_SENTENCE_ROWS if "amx_int8" in flags and is_quantized(weights) else 1
+    if "amx_int8" not in flags or not is_quantized(weights) or model_width(weights) < AMX_INT8_WIDTH:
+        return 1
+    return max(1, -(-AMX_INT8_ROWS // int(beam_width)))
 
 
 def compile_for_cpu(lowered, weights, flags=None):

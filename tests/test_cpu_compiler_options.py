@@ -52,12 +52,16 @@ def test_only_float32_models_at_most_256_wide_leave_ynnpack_on_a_cpu_without_avx
 
 
 def test_a_quantized_lone_sentence_takes_several_rows_only_where_the_cpu_multiplies_int8_in_amx():
-    int8 = [np.zeros((4000, 128), np.float32), np.zeros((128, 512), np.int8), np.zeros((2,), np.uint32)]
-    float32 = [np.zeros((4000, 128), np.float32), np.zeros((2,), np.uint32)]  # a dropout's seed is no kernel
+    int8 = [np.zeros((65001, 512), np.float32), np.zeros((512, 2048), np.int8), np.zeros((2,), np.uint32)]
+    float32 = [np.zeros((65001, 512), np.float32), np.zeros((2,), np.uint32)]  # a dropout's seed is no kernel
+    narrow = [np.zeros((4000, 128), np.float32), np.zeros((128, 512), np.int8)]  # the README's model: slower so
     amx = WITHOUT_AVX512 | {"avx512f", "avx512_vnni", "amx_tile", "amx_int8"}
-    assert lone_sentence_rows(int8, amx) == 4
-    assert lone_sentence_rows(int8, amx - {"amx_int8"}) == 1
-    assert lone_sentence_rows(float32, amx) == 1
+    assert lone_sentence_rows(int8, 1, amx) == 4
+    assert lone_sentence_rows(int8, 2, amx) == 2  # a beam's rows count: 2 sentences of 2 hypotheses
+    assert lone_sentence_rows(int8, 4, amx) == 1
+    assert lone_sentence_rows(int8, 1, amx - {"amx_int8"}) == 1
+    assert lone_sentence_rows(float32, 1, amx) == 1
+    assert lone_sentence_rows(narrow, 1, amx) == 1
 
 
 def test_an_xla_that_refuses_the_options_compiles_without_them():

@@ -134,22 +134,27 @@ def test_a_quantized_program_keeps_quantized_weights_in_its_own_entry_and_transl
     assert (quantized_entry / WEIGHTS_FILE).stat().st_size < 0.5 * (float_entry / WEIGHTS_FILE).stat().st_size
 
 
-@pytest.mark.end_to_end  # one program written in a child process: ~15 s
+@pytest.mark.end_to_end  # two programs written in a child process: ~25 s
 def test_a_quantized_lone_sentence_decodes_in_four_rows_where_amx_multiplies_int8_to_one_rows_tokens(
         trained_run, tmp_path, monkeypatch):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime import cpu_compiler_options
 
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE_DIR", str(tmp_path))  # the child writer's cache too
+    monkeypatch.setattr(cpu_compiler_options, "AMX_INT8_WIDTH", 0)  # the small test model as a wide one
     cache = ProgramCache()
     outputs = {}
-    for cpu, flags in (("avx2", {"avx2", "fma"}), ("amx", {"avx2", "fma", "avx512f", "amx_tile", "amx_int8"})):
-        monkeypatch.setattr(cpu_compiler_options, "cpu_flags", lambda flags=flags: set(flags))
-        translator = load_compiled_translator(str(trained_run), cache, write=write_program_in_a_child,
-                                              quantize="int8")
-        rows, decode = [], translator._decode
-        monkeypatch.setattr(translator, "_decode", lambda source, decode=decode, rows=rows: rows.append(len(source))
-                            or decode(source))
-        outputs[cpu] = (translator(SENTENCES[:1]), rows)
-    assert outputs["avx2"][1] == [1] and outputs["amx"][1] == [4]
-    assert outputs["amx"][0] == outputs["avx2"][0] and outputs["amx"][0][0]
+    for beam in (1, 4):
+        for cpu, flags in (("avx2", {"avx2", "fma"}), ("amx", {"avx2", "fma", "avx512f", "amx_tile", "amx_int8"})):
+            monkeypatch.setattr(cpu_compiler_options, "cpu_flags", lambda flags=flags: set(flags))
+            translator = load_compiled_translator(str(trained_run), cache, beam_width=beam,
+                                                  write=write_program_in_a_child, quantize="int8")
+            rows, decode = [], translator._decode
+            monkeypatch.setattr(translator, "_decode", lambda source, decode=decode, rows=rows:
+                                rows.append(len(source)) or decode(source))
+            outputs[beam, cpu] = (translator(SENTENCES[:1]), rows)
+    # Greedy: 4 copies of the sentence where AMX multiplies; a beam of 4 has its 4 rows already.
+    assert {key: rows for key, (_, rows) in outputs.items()} == {
+        (1, "avx2"): [1], (1, "amx"): [4], (4, "avx2"): [1], (4, "amx"): [1]}
+    for beam in (1, 4):
+        assert outputs[beam, "amx"][0] == outputs[beam, "avx2"][0] and outputs[beam, "amx"][0][0]
