@@ -18,10 +18,11 @@ def test_the_quantized_engine_benchmark_times_each_engine_at_each_search_and_bat
     cache = os.environ.get("KERAS_TRANSFORMER_CACHE_DIR")
     out = tmp_path / "out"
     quantized_engine.main(["--out", str(out), "--shape", "tiny", "--new-tokens", "4", "--repeats", "1",
-                          "--lone-rows", "4"])
+                          "--lone-rows", "4", "--ctranslate2-per-core"])
     assert os.environ.get("KERAS_TRANSFORMER_CACHE_DIR") == cache  # its scratch cache is not left behind
     rows = json.loads((out / "results.json").read_text())["rows"]
-    engines = ["engine float32", "engine int8", "CTranslate2 float32", "CTranslate2 int8"]
+    engines = ["engine float32", "engine int8", "CTranslate2 float32", "CTranslate2 int8",
+               "CTranslate2 float32, a batch a core", "CTranslate2 int8, a batch a core"]
     padded = "engine int8, a lone sentence in 4 rows"  # greedy's lone sentence only
     cells = [(search, sentences) for search, (_, batch) in quantized_engine.SEARCHES.items() for sentences in (1, batch)]
     assert [(row["search"], row["sentences"], row["engine"]) for row in rows] == [
