@@ -33,6 +33,9 @@ import pathlib
 import platform
 import tempfile
 
+from keras_transformer_runtime.cpu import cpu_flags
+from keras_transformer_runtime.cpu import cpu_model
+
 ENABLED_VARIABLE = "KERAS_TRANSFORMER_CACHE"
 DIRECTORY_VARIABLE = "KERAS_TRANSFORMER_CACHE_DIR"
 SIZE_VARIABLE = "KERAS_TRANSFORMER_CACHE_MB"
@@ -177,17 +180,7 @@ def cpu_fingerprint():
     >>> len(cpu_fingerprint())
     16
     """
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                name, _, value = line.partition(":")
-                name = name.strip()
-                if name in ("model name", "flags") and name not in fields:
-                    fields[name] = value.strip()
-    except OSError:
-        pass
-    text = f"{platform.machine()}|{fields.get('model name', platform.processor())}|{fields.get('flags', '')}"
+    text = f"{platform.machine()}|{cpu_model()}|{' '.join(sorted(cpu_flags()))}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
