@@ -231,8 +231,9 @@ def _measure_beam(args, beam, sources, folder, log):
                engine_row_steps=counter.run, engine_row_steps_finished_dropped=counter.dropped,
                ctranslate2_row_steps=ctranslate2_counter.run,
                engine_seconds=engine_seconds, ctranslate2_seconds=ctranslate2_seconds)
-    row.update(_ratios(row), engine_seconds=round(engine_seconds, 4),
-               ctranslate2_seconds=round(ctranslate2_seconds, 4))
+    # Significant digits, not decimal places: a test's few sentences take milliseconds.
+    row.update(_ratios(row), engine_seconds=_significant(engine_seconds, 5),
+               ctranslate2_seconds=_significant(ctranslate2_seconds, 5))
     log(json.dumps(row))
     return row
 
@@ -241,9 +242,13 @@ def _ratios(row):
     engine_us = 1e6 * row["engine_seconds"] / row["engine_row_steps"]
     ctranslate2_us = 1e6 * row["ctranslate2_seconds"] / row["ctranslate2_row_steps"]
     return dict(engine_us_per_row_step=round(engine_us, 2), ctranslate2_us_per_row_step=round(ctranslate2_us, 2),
-                speed_ratio=round(row["ctranslate2_seconds"] / row["engine_seconds"], 3),
-                row_steps_ratio=round(row["engine_row_steps"] / row["ctranslate2_row_steps"], 3),
-                row_step_cost_ratio=round(engine_us / ctranslate2_us, 3))
+                speed_ratio=_significant(row["ctranslate2_seconds"] / row["engine_seconds"], 4),
+                row_steps_ratio=_significant(row["engine_row_steps"] / row["ctranslate2_row_steps"], 4),
+                row_step_cost_ratio=_significant(engine_us / ctranslate2_us, 4))
+
+
+def _significant(value, digits):
+    return float(f"{value:.{digits}g}")
 
 
 def markdown(rows, machine=""):
