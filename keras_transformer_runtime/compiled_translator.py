@@ -25,6 +25,7 @@ import numpy as np
 from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
 from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
+from keras_transformer_runtime.batch_threads import usable_cores
 from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu
 from keras_transformer_runtime.cpu_compiler_options import lone_sentence_rows
 from keras_transformer_runtime.errors import UserInputError
@@ -170,7 +171,9 @@ class CompiledTranslator(TextTranslator):
         cross_attention: bool, whether that program returns the cross-attention.
         parallel_batches: `"auto"` (one a core and one more on a CPU, 1 on a
             GPU or TPU) or an int: batches decoded at a time, each on its
-            own thread (`batch_threads`). The tokens do not depend on it.
+            own thread (`batch_threads`). On a CPU a call of one batch's
+            sentences or fewer is split into a batch a core, up to this
+            many (`batch_threads.parts_a_core`).
         fixed_shape_programs: None, or the `FixedShapePrograms` of
             `program`: each batch shape is compiled from its program of
             fixed shapes, which lowers without JAX's shape refinement.
@@ -198,6 +201,7 @@ class CompiledTranslator(TextTranslator):
         # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
         # or as a few copies where that is what reaches AMX's int8 products.
         self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights, self.beam_width)
+        self.batch_cores = 1 if on_accelerator else min(usable_cores(), self.parallel_batches)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}

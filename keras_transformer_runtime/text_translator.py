@@ -6,9 +6,11 @@ its engine's `_decode`, and detokenizes the tokens back in input order.
 The Keras `Translator`, the `CompiledTranslator` of a cached program and
 the `CTranslate2Translator` differ only in `_decode`, so the same text
 gives the same batches, and the same tokens the same translation, whatever
-runs the model. Imports NumPy only: no Keras, no TensorFlow.
+runs the model (but for a call of one batch's sentences, which an engine
+with `batch_cores` above 1 splits into a batch a core). Imports NumPy only: no Keras, no TensorFlow.
 """
 
+import itertools
 import warnings
 
 import numpy as np
@@ -18,6 +20,7 @@ from keras_transformer_runtime.alignment import alignment_links
 from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
 from keras_transformer_runtime.batch_threads import in_order
+from keras_transformer_runtime.batch_threads import parts_a_core
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
@@ -96,6 +99,8 @@ class TextTranslator:
     # A lone sentence is padded like a batch of a few (one shape fewer to compile);
     # an engine whose compiled shapes outlive the process may give it one row.
     lone_sentence_rows = SMALLEST_BATCH
+    # The cores a call of one batch's sentences is split over (`batch_threads.parts_a_core`); 1: not split.
+    batch_cores = 1
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -154,8 +159,10 @@ class TextTranslator:
         """Every `(rows, width)` a call pads its batches into when `bucketed`, smallest first.
 
         Rows: 8, 16, 32, ... up to `batch_size` (a batch is filled up to one
-        of these); widths: `SOURCE_BUCKET` and powers of two above it, the
-        last cut to `max_length`. A compiled engine compiles each once.
+        of these), `lone_sentence_rows`, and a part's where a call of one
+        batch is split over `batch_cores` (`batch_threads.parts_a_core`);
+        widths: `SOURCE_BUCKET` and powers of two above it, the last cut to
+        `max_length`. A compiled engine compiles each once.
 
         Example:
 
@@ -166,6 +173,8 @@ class TextTranslator:
         """
         rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(2, self.batch_size + 1)}
         rows.add(self.lone_sentence_rows)
+        if self.batch_cores > 1:
+            rows.add(-(-self.batch_size // self.batch_cores))
         widths = {min(self.max_length, next_bucket(size, SOURCE_BUCKET)) for size in range(1, self.max_length + 1)}
         return [(row, width) for row in sorted(rows) for width in sorted(widths)]
 
@@ -324,9 +333,12 @@ class TextTranslator:
                 found[i] = messages
             # Similar lengths together: less padding, and batches that finish together.
             todo.sort(key=lambda i: len(ids[i]))
-            # Several batches: each as many rows as the first, one shape fewer to compile.
-            rows = self.batch_size if len(todo) > self.batch_size else None
-            batches = [todo[start : start + self.batch_size] for start in range(0, len(todo), self.batch_size)]
+            if len(todo) > self.batch_size:  # several batches: each as many rows as the first, one shape fewer
+                sizes, rows = [self.batch_size] * -(-len(todo) // self.batch_size), self.batch_size
+            else:
+                sizes, rows = parts_a_core(len(todo), self.batch_size, self.batch_cores)
+            starts = [0, *itertools.accumulate(sizes)]
+            batches = [todo[start:end] for start, end in zip(starts, starts[1:])]
 
             def translate(batch):
                 return translate_batch(self._padded_batch([ids[i] for i in batch], rows), len(batch))

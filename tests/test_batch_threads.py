@@ -99,8 +99,12 @@ class _Reverse(TextTranslator):
     def _decode(self, source):
         self.threads.add(threading.current_thread().name)
         time.sleep(0.002 * (32 - int((source > 0).sum())) / 32)
-        width = source.shape[1]
-        return np.stack([np.concatenate([row[row > 0][::-1], np.zeros(width, "int32")])[:width] for row in source])
+        return _reversed(source)
+
+
+def _reversed(source):
+    width = source.shape[1]
+    return np.stack([np.concatenate([row[row > 0][::-1], np.zeros(width, "int32")])[:width] for row in source])
 
 
 def test_a_translator_gives_the_same_translations_and_progress_on_several_threads(tiny_tokenizer):
@@ -110,3 +114,40 @@ def test_a_translator_gives_the_same_translations_and_progress_on_several_thread
     assert one(texts, progress=counts_one.append) == two(texts, progress=counts_two.append)
     assert counts_one == counts_two and sum(counts_two) == len(texts)
     assert one.threads == {"MainThread"} and len(two.threads) == 2
+
+
+class _Rows(_Reverse):
+    """`_Reverse` in bucketed batches, noting each batch's shape and thread."""
+
+    def __init__(self, tokenizer, batch_cores, batch_size=8, lone_sentence_rows=1):
+        super().__init__(tokenizer, parallel_batches=batch_cores + 1)
+        self.batch_size, self.bucketed, self.batch_cores = batch_size, True, batch_cores
+        self.lone_sentence_rows, self.calls = lone_sentence_rows, []
+
+    def _decode(self, source):
+        self.calls.append((source.shape[0], threading.current_thread().name))
+        time.sleep(0.02)  # long enough for the parts to overlap
+        return _reversed(source)
+
+
+def test_a_call_of_one_batch_is_split_into_a_batch_a_core_with_the_same_translations(tiny_tokenizer):
+    texts = ["Sea la luz.", "Y fue la luz.", "la luz", "Sea", "Y la tierra", "luz luz", "la", "Y la luz"]
+    whole, split = _Rows(tiny_tokenizer, 1), _Rows(tiny_tokenizer, 2)
+    assert whole(texts) == split(texts) == _Reverse(tiny_tokenizer, 1)(texts)
+    assert [rows for rows, _ in whole.calls] == [8]
+    assert [rows for rows, _ in split.calls] == [4, 4] and len({thread for _, thread in split.calls}) == 2
+    # Five sentences: 3 and 2, each part padded to the same 4 rows.
+    split.calls.clear()
+    assert split(texts[:5]) == whole(texts[:5])
+    assert sorted(rows for rows, _ in split.calls) == [4, 4]
+    assert {(4, 32)} <= set(split.batch_shapes()) and not {(4, 32)} & set(whole.batch_shapes())
+
+
+def test_more_than_a_batch_is_not_split_and_two_sentences_decode_as_two_lone_ones(tiny_tokenizer):
+    texts = ["Sea la luz.", "Y fue la luz.", "la luz", "Sea", "Y la tierra", "luz luz", "la", "Y la luz", "la la"]
+    split = _Rows(tiny_tokenizer, 2, lone_sentence_rows=4)
+    assert split(texts) == _Reverse(tiny_tokenizer, 1)(texts)
+    assert [rows for rows, _ in split.calls] == [8, 8]
+    split.calls.clear()
+    assert split(texts[:2]) == _Reverse(tiny_tokenizer, 1)(texts[:2])
+    assert [rows for rows, _ in split.calls] == [4, 4]  # each sentence its lone_sentence_rows

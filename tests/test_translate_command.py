@@ -418,6 +418,7 @@ def test_a_lone_sentence_decodes_in_one_row_as_it_would_in_a_batch(trained_run, 
     translator._outputs = lambda source: shapes.append(source.shape) or outputs(source)
     alone = [translator(sentence) for sentence in SENTENCES]
     assert [rows for rows, _ in shapes] == [1, 1]
+    translator.batch_cores = 1  # both in one batch, not a lone sentence a core
     assert translator(SENTENCES) == alone == first_translations
     assert shapes[-1][0] == min(8, translator.batch_size) > 1 and (1, shapes[0][1]) in translator.batch_shapes()
 
