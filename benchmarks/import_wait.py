@@ -3,7 +3,7 @@
 Builds, offline, a random `MarianMTModel` of opus-mt-es-en's shape
 (`tests/marian_fixtures.py`; `--shape tiny` checks the script in a minute),
 then, each command a fresh process (its wall time, and its own peak
-resident memory from `os.wait4`):
+resident memory, `run_process`):
 
 - transformers' load of the folder: the whole process (imports included)
   and `from_pretrained` alone, as transformers' users wait for it;
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,53 +63,50 @@ keras.ops.convert_to_numpy(keras.ops.zeros(()))
 """
 
 
+# A small parent between this process and the command: Linux counts the memory a child was forked
+# from in its peak (`ru_maxrss`), so the command is forked from this one (a few MB), never from
+# the measuring process (a gigabyte), and its peak and wall time are read here when it ends.
+_MEASURED_CHILD = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+code = subprocess.call(sys.argv[2:])
+wall = time.perf_counter() - start
+with open(sys.argv[1], "w") as out:
+    out.write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {wall}")
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def run_process(argv, env=None, timeout=3600):
     """One command in a fresh process: `(wall seconds, its own peak resident MB, stdout, stderr)`.
 
-    The peak is the process's own high-water mark (`VmHWM` in
-    /proc/PID/status, read every 20 ms; the last reading, of the program's
-    own memory after `exec`). `ru_maxrss` would not do: Linux keeps in it
-    the parent's resident size copied at `fork`, here a Python process of
-    a gigabyte. Killed after `timeout` seconds.
+    The peak is the command's own high-water mark (`ru_maxrss` of a child
+    forked from a small parent, `_MEASURED_CHILD`), every byte of it
+    counted however briefly it was held. The command and its parent are
+    killed after `timeout` seconds.
 
     Raises:
-        RuntimeError: the command failed or ran out of time (its stderr's end quoted).
+        RuntimeError: the command failed (its stderr's end quoted).
+        TimeoutError: it ran past `timeout`.
     """
-    start = time.perf_counter()
-    peak_kb = 0
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
-        status = None
+    with tempfile.TemporaryDirectory() as work:
+        measured = os.path.join(work, "measured")
+        process = subprocess.Popen([sys.executable, "-S", "-c", _MEASURED_CHILD, measured, *map(str, argv)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            while status is None:
-                peak_kb = _high_water_kb(process.pid) or peak_kb
-                pid, wait_status = os.waitpid(process.pid, os.WNOHANG)
-                if pid:
-                    status = wait_status
-                elif time.perf_counter() - start > timeout:
-                    raise TimeoutError(f"{' '.join(map(str, argv))} ran past {timeout} s")
-                else:
-                    time.sleep(0.02)
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{' '.join(map(str, argv))} ran past {timeout} s") from None
         finally:
-            if status is None:  # out of time or interrupted: never leave it running
-                process.kill()
-                process.wait()
-        code = process.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    if code:
-        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({code}): {stderr[-3000:]}")
-    return wall, peak_kb / 1024, stdout, stderr
-
-
-def _high_water_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")), None)
-    except (OSError, ValueError):
-        return None
+            if process.poll() is None:  # out of time or interrupted: never leave it running
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        stdout, stderr = stdout.decode(errors="replace"), stderr.decode(errors="replace")
+        if process.returncode:
+            raise RuntimeError(f"{' '.join(map(str, argv))} failed ({process.returncode}): {stderr[-3000:]}")
+        with open(measured) as figures:
+            peak_kb, wall = figures.read().split()
+    return float(wall), int(peak_kb) / 1024, stdout, stderr
 
 
 def _environment(cache):

@@ -25,5 +25,7 @@ def test_the_import_wait_benchmark_times_every_command_and_its_own_memory(traine
     for label in ("imported", "readme"):
         first, again = figures[f"translate_{label}"]
         assert first["wall"] > 0 and again["before_decoding"] > 0
-        assert first["write"] > 0 and again["write"] == 0  # the first call writes the program, the next reads it
+        # The first call compiles and writes the program (a few ms of writing: 0.00 s where the disk is fast),
+        # the next reads it.
+        assert first["wall"] > again["wall"] and again["write"] == 0
     assert "| import wall seconds |" in (out / "results.md").read_text()
