@@ -12,7 +12,7 @@ written by a child `keras-transformer translate` of that checkout, since a
 checkout's programs are keyed by its source), translates all `--sentences`
 test sentences once (compiling what it meets), then `--passes` more times,
 in one call or in calls of `--calls-of` sentences (quantized with
-`--quantize`).
+`--quantize`, cut at `--max-new-tokens`).
 A row is the median of those passes: translating alone, tokenizing
 included. The translations of every process are compared with the first
 checkout's: a change must not change a token. Writes `results.json` and
@@ -35,10 +35,12 @@ from keras_transformer_runtime.program_cache import ProgramCache
 from keras_transformer.data.corpus import load_bible_pairs
 model, beam, sentences, passes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 calls_of = sys.argv[5] if len(sys.argv) > 5 else "all"
-quantize = {"quantize": sys.argv[6]} if len(sys.argv) > 6 and sys.argv[6] != "none" else {}
+options = {"quantize": sys.argv[6]} if len(sys.argv) > 6 and sys.argv[6] != "none" else {}
+if len(sys.argv) > 7 and sys.argv[7] != "none":
+    options["max_new_tokens"] = int(sys.argv[7])
 sources = [pair.source for pair in load_bible_pairs("test")][:sentences]
 translator = load_compiled_translator(model, ProgramCache(), beam_width=beam, write=write_program_in_a_child,
-                                      **quantize)
+                                      **options)
 size = {"all": len(sources), "batch": translator.batch_size}.get(calls_of) or int(calls_of)
 def translate():
     return [text for start in range(0, len(sources), size) for text in translator(sources[start:start + size])]
@@ -75,6 +77,8 @@ def parse_args(argv=None):
                         help='sentences a call: "all" (one call), "batch" (the engine\'s batch size: 8 greedy, '
                              '4 beam on a CPU, as a server\'s requests) or a number (default: %(default)s)')
     parser.add_argument("--quantize", default="none", help='"none" or a Keras quantization mode ("int8")')
+    parser.add_argument("--max-new-tokens", default="none",
+                        help='"none" (the model\'s positions less one) or the longest translation in tokens')
     parser.add_argument("--timeout", type=float, default=900, help="seconds a process may take")
     parser.add_argument("--out", default="benchmark_results/engine_before_after")
     return parser.parse_args(argv)
@@ -87,11 +91,12 @@ def _checkout(text):
     return label, folder
 
 
-def measure_once(model, folder, beam, sentences, passes, timeout, calls_of="all", quantize="none"):
+def measure_once(model, folder, beam, sentences, passes, timeout, calls_of="all", quantize="none",
+                 max_new_tokens="none"):
     """`(seconds of each pass, translations)` of one process of the checkout in `folder`."""
     env = {**os.environ, "PYTHONPATH": os.path.abspath(folder)}
     done = subprocess.run([sys.executable, "-c", MEASURE, model, str(beam), str(sentences), str(passes), calls_of,
-                           quantize],
+                           quantize, str(max_new_tokens)],
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=os.path.abspath(folder))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
@@ -136,10 +141,11 @@ def main(argv=None):
         for beam in args.beams:
             for label, folder in args.checkouts:
                 seconds, translations = measure_once(os.path.abspath(args.model), folder, beam, args.sentences, args.passes,
-                                                     args.timeout, args.calls_of, args.quantize)
+                                                     args.timeout, args.calls_of, args.quantize,
+                                                     args.max_new_tokens)
                 reference.setdefault(beam, translations)
                 row = dict(label=label, folder=folder, beam=beam, round=number, sentences=len(translations),
-                           calls_of=args.calls_of, quantize=args.quantize,
+                           calls_of=args.calls_of, quantize=args.quantize, max_new_tokens=args.max_new_tokens,
                            seconds=[round(value, 4) for value in seconds],
                            median_seconds=round(statistics.median(seconds), 4),
                            same_translations=translations == reference[beam])
