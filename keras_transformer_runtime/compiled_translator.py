@@ -24,8 +24,8 @@ import numpy as np
 
 from keras_transformer_runtime.batch_threads import DEFAULT_PARALLEL_BATCHES
 from keras_transformer_runtime.batch_threads import ENGINE_SPARE_BATCHES
+from keras_transformer_runtime.batch_threads import batch_cores
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
-from keras_transformer_runtime.batch_threads import usable_cores
 from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu
 from keras_transformer_runtime.cpu_compiler_options import lone_sentence_rows
 from keras_transformer_runtime.errors import UserInputError
@@ -173,7 +173,8 @@ class CompiledTranslator(TextTranslator):
             GPU or TPU) or an int: batches decoded at a time, each on its
             own thread (`batch_threads`). On a CPU a call of one batch's
             sentences or fewer is split into a batch a core, up to this
-            many (`batch_threads.parts_a_core`).
+            many, for a model of small enough weights
+            (`batch_threads.batch_cores`).
         fixed_shape_programs: None, or the `FixedShapePrograms` of
             `program`: each batch shape is compiled from its program of
             fixed shapes, which lowers without JAX's shape refinement.
@@ -201,7 +202,8 @@ class CompiledTranslator(TextTranslator):
         # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
         # or as a few copies where that is what reaches AMX's int8 products.
         self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights, self.beam_width)
-        self.batch_cores = 1 if on_accelerator else min(usable_cores(), self.parallel_batches)
+        weight_bytes = sum(weight.nbytes for weight in self._weights)
+        self.batch_cores = 1 if on_accelerator else batch_cores(weight_bytes, self.parallel_batches)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)
         self._compiled = {}

@@ -6,8 +6,11 @@ import time
 import numpy as np
 import pytest
 
+from keras_transformer_runtime.batch_threads import BATCH_A_CORE_MAX_WEIGHT_BYTES
+from keras_transformer_runtime.batch_threads import batch_cores
 from keras_transformer_runtime.batch_threads import in_order
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
+from keras_transformer_runtime.batch_threads import usable_cores
 from keras_transformer_runtime.text_translator import TextTranslator
 
 pytestmark = pytest.mark.backend_independent
@@ -151,3 +154,10 @@ def test_more_than_a_batch_is_not_split_and_two_sentences_decode_as_two_lone_one
     split.calls.clear()
     assert split(texts[:2]) == _Reverse(tiny_tokenizer, 1)(texts[:2])
     assert [rows for rows, _ in split.calls] == [4, 4]  # each sentence its lone_sentence_rows
+
+
+def test_a_call_of_one_batch_stays_whole_where_the_weights_are_read_at_every_step_of_each_part():
+    cores = usable_cores()
+    assert batch_cores(BATCH_A_CORE_MAX_WEIGHT_BYTES, 8) == min(cores, 8)
+    assert batch_cores(BATCH_A_CORE_MAX_WEIGHT_BYTES + 1, 8) == 1
+    assert batch_cores(1024, 1) == 1  # a translator asked for one batch at a time
