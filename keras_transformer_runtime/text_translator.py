@@ -6,8 +6,8 @@ its engine's `_decode`, and detokenizes the tokens back in input order.
 The Keras `Translator`, the `CompiledTranslator` of a cached program and
 the `CTranslate2Translator` differ only in `_decode`, so the same text
 gives the same batches, and the same tokens the same translation, whatever
-runs the model (but for a call of one batch's sentences, which an engine
-with `batch_cores` above 1 splits into a batch a core). Imports NumPy only: no Keras, no TensorFlow.
+runs the model (but a call of one batch, which `batch_cores` above 1
+splits into a batch a core). Imports NumPy only: no Keras, no TensorFlow.
 """
 
 import itertools
@@ -173,7 +173,7 @@ class TextTranslator:
         """
         rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(2, self.batch_size + 1)}
         rows.add(self.lone_sentence_rows)
-        if self.batch_cores > 1:
+        if -(-self.batch_size // self.batch_cores) > 1:  # parts of several sentences (else lone ones)
             rows.add(-(-self.batch_size // self.batch_cores))
         widths = {min(self.max_length, next_bucket(size, SOURCE_BUCKET)) for size in range(1, self.max_length + 1)}
         return [(row, width) for row in sorted(rows) for width in sorted(widths)]

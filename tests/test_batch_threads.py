@@ -161,3 +161,10 @@ def test_a_call_of_one_batch_stays_whole_where_the_weights_are_read_at_every_ste
     assert batch_cores(BATCH_A_CORE_MAX_WEIGHT_BYTES, 8) == min(cores, 8)
     assert batch_cores(BATCH_A_CORE_MAX_WEIGHT_BYTES + 1, 8) == 1
     assert batch_cores(1024, 1) == 1  # a translator asked for one batch at a time
+
+
+def test_more_cores_than_a_batch_has_sentences_adds_no_shape_beyond_the_lone_sentences(tiny_tokenizer):
+    many = _Rows(tiny_tokenizer, 8, batch_size=4, lone_sentence_rows=4)
+    assert {rows for rows, _ in many.batch_shapes()} == {4}
+    assert many(["Sea la luz.", "la luz", "Sea"]) == _Reverse(tiny_tokenizer, 1)(["Sea la luz.", "la luz", "Sea"])
+    assert [rows for rows, _ in many.calls] == [4, 4, 4]  # a lone sentence a core
