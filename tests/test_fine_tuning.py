@@ -107,6 +107,7 @@ def test_lora_trains_the_adapters_only_and_saves_a_plain_model(trained_run, kjv,
     assert len(translations) == 1 and isinstance(translations[0], str)
 
 
+@pytest.mark.end_to_end  # a whole fine-tuning run, 17 s under JAX: CI's, keeping the contributor's loop in 5 minutes
 def test_lora_targets_reach_every_projection_and_the_embeddings(trained_run, kjv, tmp_path):
     targets = ["query", "key", "value", "output", "embeddings"]
     summary = train_translator(_fine_tuning(trained_run, kjv, tmp_path / "lora", lora_rank=2, lora_targets=targets,
