@@ -199,15 +199,21 @@ class CachedDecoder:
             return state
         return state._replace(cross_attention=ops.take(state.cross_attention, rows, axis=0))
 
-    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask, output_kernel=(), cross_attention=()):
-        """`next_logits` on plain tensors and lists, so XLA can compile it."""
-        x = self.embedding(tokens, start_index=index)
+    def _step_tensors(self, tokens, index, caches, cross_caches, encoder_mask, output_kernel=(), cross_attention=(),
+                      positions=None, self_attention_mask=None):
+        """`next_logits` on plain tensors and lists, so XLA can compile it.
+
+        With `positions` (int `(batch,)`, each row's position) and
+        `self_attention_mask`, the caches are rings written at column
+        `index` (`DecoderLayer.decode_step`; `refill.refill_greedy_tensors`).
+        """
+        x = self.embedding(tokens, start_index=index if positions is None else positions)
         record = not isinstance(cross_attention, tuple)
         updated, weights = [], []
         for layer, cache, cross_cache in zip(self.decoder_layers, caches, cross_caches):
             x, cache, *layer_weights = layer.decode_step(
                 x, cache, index, cross_attention_cache=cross_cache, encoder_mask=encoder_mask,
-                return_cross_attention=record,
+                return_cross_attention=record, self_attention_mask=self_attention_mask,
             )
             updated.append(tuple(cache))
             if record:

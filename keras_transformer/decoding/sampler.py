@@ -58,7 +58,8 @@ def force_first_token(logits, index, token):
 
     Args:
         logits: float `(rows, vocabulary)`, for the token at column `index`.
-        index: int scalar tensor, the column being chosen.
+        index: int scalar tensor, the column being chosen, or int
+            `(rows,)`, each row's.
         token: int, or int32 scalar tensor, the forced token.
 
     Returns:
@@ -73,6 +74,8 @@ def force_first_token(logits, index, token):
     vocabulary = ops.arange(logits.shape[-1], dtype="int32")
     only = ops.where(ops.equal(vocabulary, ops.convert_to_tensor(token, "int32")), 0.0, float("-inf"))
     first = ops.equal(ops.convert_to_tensor(index, "int32"), 0)
+    if len(first.shape) == 1:  # a column per row (`refill`)
+        first = first[:, None]
     return ops.where(first, ops.cast(only, logits.dtype)[None, :], logits)
 
 
@@ -184,7 +187,8 @@ def block_repeated_ngrams(logits, generated, index, size):
         logits: float `(rows, vocabulary)`, for the token at column `index`.
         generated: int `(rows, length)`: the tokens so far in columns
             `[0, index)`.
-        index: int scalar tensor, the column being chosen.
+        index: int scalar tensor, the column being chosen, or int
+            `(rows,)`, each row's (rows at different steps: `refill`).
         size: int >= 1, the n-gram length.
 
     Returns:
@@ -202,12 +206,18 @@ def block_repeated_ngrams(logits, generated, index, size):
     if windows <= 0:
         return logits
     index = ops.convert_to_tensor(index, "int32")
+    per_row = len(index.shape) == 1
     # Window j holds columns j .. j + size - 1; it counts once its last
     # column has been generated, and blocks that last column's token when
     # its first size - 1 columns equal the last size - 1 tokens.
-    match = ops.less_equal(ops.arange(windows, dtype="int32"), index - size)[None, :]
+    if per_row:
+        match = ops.less_equal(ops.arange(windows, dtype="int32")[None, :], (index - size)[:, None])
+    else:
+        match = ops.less_equal(ops.arange(windows, dtype="int32"), index - size)[None, :]
     for k in range(size - 1):
-        recent = ops.take(generated, ops.maximum(index - size + 1 + k, 0), axis=1)
+        column = ops.maximum(index - size + 1 + k, 0)
+        recent = (ops.take_along_axis(generated, column[:, None], axis=1)[:, 0] if per_row
+                  else ops.take(generated, column, axis=1))
         match = ops.logical_and(match, ops.equal(generated[:, k : k + windows], recent[:, None]))
     # Tokens of windows that do not match go to a spare column, dropped below.
     blocked = ops.where(match, generated[:, size - 1 :], vocabulary)

@@ -180,7 +180,7 @@ class DecoderLayer(ResidualBlock):
         return self.self_attention.empty_cache(batch, max_length)
 
     def decode_step(self, inputs, cache, cache_index, cross_attention_cache=None, encoder_mask=None,
-                    return_cross_attention=False):
+                    return_cross_attention=False, self_attention_mask=None):
         """Runs new positions against a key/value cache of the earlier ones.
 
         Each call attends to the cached keys and values, writes the new ones
@@ -201,6 +201,12 @@ class DecoderLayer(ResidualBlock):
                 source tokens.
             return_cross_attention: bool, also return the cross-attention
                 weights (a layer with cross-attention only).
+            self_attention_mask: None, or bool `(batch, max_length)`: the
+                cache is a ring whose rows hold different sequences
+                (`decoding.refill`). The new keys and values are written at
+                column `cache_index` and each row attends to the columns its
+                mask allows, in any order, instead of those before
+                `cache_index`. One position at a time.
 
         Returns:
             `(outputs, cache)`: outputs of the new positions, updated cache;
@@ -232,6 +238,15 @@ class DecoderLayer(ResidualBlock):
         updated = {}
 
         def attend_to_self(x):
+            if self_attention_mask is not None:
+                # Written first, then read as a read-only cache under the ring's own mask: the causal rule
+                # of `cache_index` would hide the columns a row wrote before the ring turned.
+                start = [0, 0, cache_index, 0]
+                updated["cache"] = tuple(
+                    ops.slice_update(part, start, ops.cast(new, part.dtype))
+                    for part, new in zip(cache, self.self_attention.key_value_cache(x)))
+                return self.self_attention(x, x, attention_mask=self_attention_mask[:, None, :],
+                                           cache=updated["cache"])[0]
             outputs, updated["cache"] = self.self_attention(
                 x, x, use_causal_mask=True, cache=cache, cache_index=cache_index
             )

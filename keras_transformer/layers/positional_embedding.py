@@ -252,7 +252,9 @@ class PositionalEmbedding(keras.layers.Layer):
             inputs: int tensor `(batch, length)` of token ids, or with
                 `reverse=True` a float tensor `(..., d_model)`.
             start_index: position of the first token (int or scalar
-                tensor), for one-token-at-a-time decoding. Defaults to 0.
+                tensor), for one-token-at-a-time decoding; or int
+                `(batch,)`, each row's own (a decoding loop whose rows
+                start at different steps). Defaults to 0.
             reverse: bool, use the layer as the tied output projection.
 
         Raises:
@@ -333,6 +335,11 @@ class PositionalEmbedding(keras.layers.Layer):
     def _position_encoding(self, inputs, start_index):
         table = self.position_table()
         length = inputs.shape[-1]
+        if ops.is_tensor(start_index) and len(start_index.shape) == 1:  # a position per row
+            offsets = ops.arange(length, dtype="int32") if isinstance(length, int) else (
+                ops.cumsum(ops.ones_like(ops.sum(inputs, axis=0), dtype="int32")) - 1)
+            positions = ops.cast(start_index, "int32")[:, None] + offsets[None, :]
+            return ops.take(ops.convert_to_tensor(table), positions, axis=0)
         if isinstance(start_index, int) and isinstance(length, int):
             return table[start_index : start_index + length]
         if isinstance(length, int):  # one decoding step: a start known only at run time
