@@ -67,6 +67,17 @@ def test_a_row_whose_sentence_ended_takes_the_next_one(decoder_and_sources):
     assert alone_steps == lengths[0] and [int(t) for t in alone[0] if t] == each(decoder, sources[:1])[0]
 
 
+def test_rows_of_zeros_after_the_last_source_are_not_decoded(decoder_and_sources):
+    decoder, sources, lengths = decoder_and_sources
+    padded = np.concatenate([sources[:5], np.zeros((3, sources.shape[1]), sources.dtype)])
+    refilled, loop_steps = refill_greedy_search(decoder, padded, slots=4, max_new_tokens=MAX_NEW_TOKENS,
+                                                return_loop_steps=True)
+    _, unpadded_steps = refill_greedy_search(decoder, sources[:5], slots=4, max_new_tokens=MAX_NEW_TOKENS,
+                                             return_loop_steps=True)
+    assert loop_steps == unpadded_steps and not refilled[5:].any()
+    assert [[int(t) for t in row if t] for row in refilled[:5]] == each(decoder, sources[:5])
+
+
 def test_more_slots_than_sources(decoder_and_sources):
     decoder, sources, _ = decoder_and_sources
     refilled = refill_greedy_search(decoder, sources[:3], slots=8, max_new_tokens=MAX_NEW_TOKENS)

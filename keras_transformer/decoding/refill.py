@@ -115,20 +115,24 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
 
     Args:
         decoder: a `CachedDecoder`.
-        encoder_tokens: int32 `(sources, source_length)`, padded with 0;
-            the queue, decoded in its order.
+        encoder_tokens: int32 `(rows, source_length)`, padded with 0;
+            the queue, decoded in its order. Rows of zeros after the last
+            source are not decoded (a queue padded to a few shapes).
         slots: int, rows decoded at a time.
         max_new_tokens: int, the most tokens of a sentence.
         no_repeat_ngram_size: int, as `sampler.search_tensors`'.
         forced_first: as `sampler.search_tensors`'.
 
     Returns:
-        `(generated, steps, loop_steps)`: int32 `(sources, max_new_tokens)`,
+        `(generated, steps, loop_steps)`: int32 `(rows, max_new_tokens)`,
         each sentence's tokens up to and with `END_ID`, then 0; the longest
         sentence's tokens (an int32 scalar); and the steps the loop ran
         (each of `slots` rows).
     """
-    sources = ops.shape(encoder_tokens)[0]
+    rows = ops.shape(encoder_tokens)[0]
+    real = ops.any(ops.not_equal(encoder_tokens, 0), axis=1)
+    # The sources: up to the last row that holds a token.
+    sources = ops.max(ops.where(real, ops.arange(rows, dtype="int32") + 1, 0))
     encoder_outputs, encoder_mask = decoder.encoder(encoder_tokens)
     queued_caches = [layer.cross_attention_cache(encoder_outputs) for layer in decoder.decoder_layers]
     columns = ops.arange(max_new_tokens, dtype="int32")
@@ -137,11 +141,11 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
     output_kernel = () if decoder.output_projection is not None else decoder.embedding.vocabulary_kernel()
     phases = ring_phases(max_new_tokens)
 
-    def sources_of(rows):
-        """The cross-attention caches and source mask of the queue's rows `rows` (the last for none)."""
-        rows = ops.minimum(rows, sources - 1)
-        caches = [tuple(ops.take(part, rows, axis=0) for part in cache) for cache in queued_caches]
-        return caches, ops.take(encoder_mask, rows, axis=0)
+    def sources_of(picked):
+        """The cross-attention caches and source mask of the queue's rows `picked` (the last source for none)."""
+        picked = ops.minimum(picked, ops.maximum(sources - 1, 0))
+        caches = [tuple(ops.take(part, picked, axis=0) for part in cache) for cache in queued_caches]
+        return caches, ops.take(encoder_mask, picked, axis=0)
 
     def live_positions(step, source, start):
         live = ops.less(source, sources)
@@ -170,14 +174,14 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         ended = ops.logical_and(live, ops.logical_or(ops.equal(next_tokens, END_ID),
                                                      ops.greater_equal(positions + 1, max_new_tokens)))
         # An ended row writes its sentence; the others write the spare last row.
-        rows = ops.where(ended, source, sources)
-        output = ops.cond(ops.any(ended), lambda: ops.scatter_update(output, rows[:, None], generated),
+        written = ops.where(ended, source, rows)
+        output = ops.cond(ops.any(ended), lambda: ops.scatter_update(output, written[:, None], generated),
                           lambda: output)
         longest = ops.maximum(longest, ops.max(ops.where(ended, positions + 1, 0)))
         free = ops.logical_or(ended, ops.logical_not(live))
         candidate = queued + ops.cumsum(ops.cast(free, "int32")) - 1
         refilled = ops.logical_and(free, ops.less(candidate, sources))
-        source = ops.where(free, ops.where(refilled, candidate, sources), source)
+        source = ops.where(free, ops.where(refilled, candidate, rows), source)
         queued = queued + ops.sum(ops.cast(refilled, "int32"))
         start = ops.where(refilled, step + 1, start)
         tokens = ops.where(refilled, start_id, next_tokens)[:, None]
@@ -212,7 +216,8 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         return run if len(phases) > 1 else lambda state: ops.while_loop(
             lambda *state: ops.any(ops.less(state[1], sources)), lambda *state: decode(ring, *state), state)
 
-    source = ops.minimum(ops.arange(slots, dtype="int32"), sources)
+    source = ops.arange(slots, dtype="int32")
+    source = ops.where(ops.less(source, sources), source, rows)
     cross_caches, source_mask = sources_of(source)
     state = (
         ops.convert_to_tensor(0, "int32"),
@@ -223,7 +228,7 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         [layer.empty_cache(slots, phases[-1]) for layer in decoder.decoder_layers],
         cross_caches,
         source_mask,
-        ops.zeros((sources + 1, max_new_tokens), "int32"),
+        ops.zeros((rows + 1, max_new_tokens), "int32"),
         ops.convert_to_tensor(0, "int32"),
         ops.minimum(ops.convert_to_tensor(slots, "int32"), sources),
     )
