@@ -167,3 +167,54 @@ def parts_a_core(count, batch_size, cores):
     size = -(-count // parts)
     sizes = [size] * (count // size) + ([count % size] if count % size else [])
     return sizes, (-(-batch_size // cores) if size > 1 else None)
+
+
+def queue_parts(count, batch_size, queue_size, threads):
+    """How a call of `count` sentences is split into queues of a refilling engine (`decoding.refill`).
+
+    As few queues as hold `queue_size` sentences each, but no fewer than
+    the threads that `count` sentences in batches of `batch_size` would
+    keep busy; near-equal queues of consecutive (sorted) sentences, each
+    padded to the rows of the smallest power of two above `batch_size`
+    that holds the largest (rows of zeros, which the program does not decode).
+
+    Args:
+        count: int, the call's sentences.
+        batch_size: int, the rows a refilling program decodes at a time.
+        queue_size: int, the most sentences a queue holds.
+        threads: int, the queues decoded at a time.
+
+    Returns:
+        `(sizes, rows)`.
+
+    Example:
+
+    >>> queue_parts(605, 8, 64, 3), queue_parts(20, 8, 64, 3), queue_parts(9, 8, 64, 3)
+    (([61, 61, 61, 61, 61, 60, 60, 60, 60, 60], 64), ([7, 7, 6], 16), ([5, 4], 16))
+    """
+    queues = max(-(-count // queue_size), min(threads, -(-count // batch_size)))
+    sizes = [count // queues + (1 if part < count % queues else 0) for part in range(queues)]
+    rows = 2 * batch_size
+    while rows < sizes[0]:
+        rows *= 2
+    return sizes, rows
+
+
+def call_parts(count, batch_size, cores, queue_size=None, threads=1):
+    """`(sizes, rows, queued)`: how a call of `count` sentences is split, and padded, for its engine.
+
+    More than a batch goes in batches of `batch_size` (the rows of the
+    first for all), or in queues (`queue_parts`) where the engine refills
+    (`queue_size`; `queued` True: pad with rows of zeros); a batch's worth
+    or fewer in a batch a core (`parts_a_core`).
+
+    Example:
+
+    >>> call_parts(20, 8, 2), call_parts(20, 8, 2, queue_size=64, threads=3)[1:], call_parts(5, 8, 2)
+    (([8, 8, 8], 8, False), (16, True), ([3, 2], 4, False))
+    """
+    if count > batch_size and queue_size:
+        return (*queue_parts(count, batch_size, queue_size, threads), True)
+    if count > batch_size:  # several batches: each as many rows as the first, one shape fewer
+        return [batch_size] * -(-count // batch_size), batch_size, False
+    return (*parts_a_core(count, batch_size, cores), False)

@@ -53,6 +53,12 @@ DEFAULT_LENGTH_PENALTY = 0.6
 # 2-core CPU; greedy stays at 8: 706.4 against 567.6 for 4 and 609.6 for 16;
 # benchmarks/results/cpu-beam-step-changes).
 CPU_BEAM_BATCH_SIZE = 4
+# A greedy program on a CPU also comes as a refilling one (`keras_transformer.decoding.refill`): queues of up to
+# 64 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next. The README's model
+# translated the test split 1.15x faster so, and a model whose outputs run long 1.32x, the same translations
+# (benchmarks/results/cpu-xeon-amx/refill).
+REFILL_SLOTS = 8
+REFILL_QUEUE_SIZE = 64
 
 
 def engine_description():
@@ -70,13 +76,15 @@ def engine_description():
 
 
 def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
-                 cross_attention=False, beam_search="kept", early_stopping=False, end_at_limit=True):
+                 cross_attention=False, beam_search="kept", early_stopping=False, end_at_limit=True,
+                 refill_slots=None):
     """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
 
     The search's kind comes first, so an entry keeps the kept and the
     pooled programs of one beam width side by side; a pooled search whose
     hypotheses open at the limit count no closing `</s>` (`end_at_limit`
-    False: NLLB-200's) is a program of its own.
+    False: NLLB-200's) is a program of its own, and so is greedy search
+    refilling `refill_slots` rows (`REFILL_SLOTS`).
 
     Example:
 
@@ -84,10 +92,13 @@ def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_token
     ('kept-beam4-alpha0.6-norepeat3-new127.jaxexport', 'kept-beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
     >>> program_file(4, 1.0, 0, 126, beam_search="pooled", early_stopping=True)
     'pooled-early-beam4-alpha1.0-norepeat0-new126.jaxexport'
+    >>> program_file(1, 0.6, 3, 127, refill_slots=8)
+    'refill8-kept-beam1-alpha0.6-norepeat3-new127.jaxexport'
     """
     n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
     kind = f"{beam_search}{'-early' if beam_search == 'pooled' and early_stopping else ''}"
     kind += "-noforcedend" if beam_search == "pooled" and not end_at_limit else ""
+    kind = f"refill{int(refill_slots)}-{kind}" if refill_slots else kind
     return f"{kind}-beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
            f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
 
@@ -178,15 +189,19 @@ class CompiledTranslator(TextTranslator):
         fixed_shape_programs: None, or the `FixedShapePrograms` of
             `program`: each batch shape is compiled from its program of
             fixed shapes, which lowers without JAX's shape refinement.
+        refill: None, or `(program, fixed_shape_programs)` of the same
+            greedy search refilling `REFILL_SLOTS` rows: with a batch size
+            of `REFILL_SLOTS`, a call of more sentences goes in queues
+            (`batch_threads.queue_parts`) to it.
     """
 
     def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
-                 cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES, fixed_shape_programs=None):
+                 cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES, fixed_shape_programs=None,
+                 refill=None):
         import jax
 
         self.program = program
         self.fixed_shape_programs = fixed_shape_programs
-        self._run = jax.jit(program.call)
         self._weights = jax.device_put(list(weights))
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
@@ -206,32 +221,36 @@ class CompiledTranslator(TextTranslator):
         self.batch_cores = 1 if on_accelerator else batch_cores(weight_bytes, self.parallel_batches)
         self.n_best_size = n_best
         self.cross_attention = bool(n_best and cross_attention)
+        self._refill = refill or None
+        self.queue_size = REFILL_QUEUE_SIZE if refill and self.batch_size == REFILL_SLOTS else None
         self._compiled = {}
         self._compiling = threading.Lock()
         # An NLLB-200 run's program also takes the forced first token (`translation_program`).
         self._forces_first = len(program.in_avals) == len(self._weights) + 2
 
-    def _program_for(self, shape):
-        compiled = self._compiled.get(shape)
+    def _program_for(self, shape, refill=False):
+        compiled = self._compiled.get((shape, refill))
         if compiled is None:
             with self._compiling:  # once per batch shape, whichever thread asks first
-                compiled = self._compiled.get(shape)
+                compiled = self._compiled.get((shape, refill))
                 if compiled is None:  # XLA, or its code from the cache
                     import jax
 
+                    program, fixed_programs = self._refill if refill else (self.program, self.fixed_shape_programs)
                     with phase("compile"):
-                        fixed = self.fixed_shape_programs and self.fixed_shape_programs.program_for(shape)
-                        run = jax.jit(fixed.call) if fixed else self._run
+                        fixed = fixed_programs and fixed_programs.program_for(shape)
+                        run = jax.jit(fixed.call if fixed else program.call)
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
-                        with lapack_setup_skipped(fixed or self.program):
+                        with lapack_setup_skipped(fixed or program):
                             compiled = compile_for_cpu(run.lower(self._weights, source, *forced), self._weights)
-                        self._compiled[shape] = compiled
+                        self._compiled[(shape, refill)] = compiled
         return compiled
 
     def _outputs(self, source):
         forced = (np.int32(self.forced_first_id),) if self._forces_first else ()
-        return self._program_for(source.shape)(self._weights, source, *forced)
+        refill = self.queue_size is not None and source.shape[0] > self.batch_size  # a queue (`_in_batches`)
+        return self._program_for(source.shape, refill)(self._weights, source, *forced)
 
     def compile_batch_shapes(self):
         """Compiles the program for every batch shape a call can give it (`batch_shapes`), so none waits for XLA.
@@ -345,19 +364,27 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
                        n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
                        early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
         end_at_limit = run_ends_at_limit(run_directory)  # the run's, as the writer's `Translator.from_directory`
-        loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
+        refills = refills_on_this_platform(beam_width, n_best)
+
+        def read():
+            loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
+            refill = refills and _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=False,
+                                             refill_slots=REFILL_SLOTS)
+            return None if loaded is None or refill is None else (loaded, refill)
+
+        loaded = read()
     if loaded is None:
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
         write(run_directory, entry, cache, **setting, quantize=quantize)
         with phase("load"):
-            loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
+            loaded = read()
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
         log(f"translation program: from the cache, {entry}")
-    program, weights, settings, program_path = loaded
+    (program, weights, settings, program_path), refill = loaded
     with phase("load"):
         if weights_of is not None:
             weights, tokenizer = weights_of._weights, weights_of.tokenizer
@@ -368,11 +395,27 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
                                   beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"],
                                   parallel_batches=parallel_batches,
-                                  fixed_shape_programs=FixedShapePrograms(cache, program_path, program))
+                                  fixed_shape_programs=FixedShapePrograms(cache, program_path, program),
+                                  refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])))
+
+
+def refills_on_this_platform(beam_width, n_best=None):
+    """Whether a setting's program also comes as a refilling one (`REFILL_SLOTS`): greedy translation on a CPU.
+
+    Not measured on a GPU, where a batch is 64 rows and one program fills the device.
+
+    Example:
+
+    >>> refills_on_this_platform(4), refills_on_this_platform(1, n_best=1)
+    (False, False)
+    """
+    import jax
+
+    return beam_width == 1 and not n_best and jax.default_backend() == "cpu"
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
-                beam_search, early_stopping, max_new_tokens, end_at_limit=True, read_weights=True):
+                beam_search, early_stopping, max_new_tokens, end_at_limit=True, read_weights=True, refill_slots=None):
     """`(program, weights, settings, program's path)` of an entry (weights None unless `read_weights`), or None.
 
     None: a part is missing.
@@ -384,7 +427,7 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
         return None
     program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
                                         max_new_tokens or settings["max_length"] - 1, n_best, cross_attention,
-                                        beam_search, early_stopping, end_at_limit)
+                                        beam_search, early_stopping, end_at_limit, refill_slots)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))

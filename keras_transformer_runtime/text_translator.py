@@ -20,7 +20,7 @@ from keras_transformer_runtime.alignment import alignment_links
 from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
 from keras_transformer_runtime.batch_threads import in_order
-from keras_transformer_runtime.batch_threads import parts_a_core
+from keras_transformer_runtime.batch_threads import call_parts
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
@@ -101,6 +101,7 @@ class TextTranslator:
     lone_sentence_rows = SMALLEST_BATCH
     # The cores a call of one batch's sentences is split over (`batch_threads.parts_a_core`); 1: not split.
     batch_cores = 1
+    queue_size = None  # the sentences of a queue, where the engine refills rows (`batch_threads.queue_parts`)
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -133,7 +134,7 @@ class TextTranslator:
                               "tokens and were truncated.", UserWarning, stacklevel=4)
         return [row[: self.max_length] for row in ids], [tuple(messages) for messages in found]
 
-    def _padded_batch(self, ids, batch_rows=None):
+    def _padded_batch(self, ids, batch_rows=None, zeros=False):
         """`ids` as int32 `(rows, width)`, padded with 0; bucketed, in a few shapes only.
 
         When `bucketed`, the width is rounded up to `SOURCE_BUCKET` or a
@@ -141,7 +142,8 @@ class TextTranslator:
         smaller batch is filled up to its others') or else to 8, 16, 32,
         ... (at most `batch_size`), by repeating the first row, whose
         extra translations are dropped: a fully padded row would be a
-        fully masked one. A lone sentence gets `lone_sentence_rows` rows.
+        fully masked one (`zeros`: rows of 0, a refilling engine's queue).
+        A lone sentence gets `lone_sentence_rows` rows.
         """
         width = max(1, max(len(row) for row in ids))
         rows = len(ids)
@@ -151,7 +153,7 @@ class TextTranslator:
             rows = max(len(ids), batch_rows or rows)
         batch = np.zeros((rows, width), "int32")
         for i in range(rows):
-            row = ids[i] if i < len(ids) else ids[0]
+            row = ids[i] if i < len(ids) else () if zeros else ids[0]
             batch[i, : len(row)] = row
         return batch
 
@@ -333,15 +335,13 @@ class TextTranslator:
                 found[i] = messages
             # Similar lengths together: less padding, and batches that finish together.
             todo.sort(key=lambda i: len(ids[i]))
-            if len(todo) > self.batch_size:  # several batches: each as many rows as the first, one shape fewer
-                sizes, rows = [self.batch_size] * -(-len(todo) // self.batch_size), self.batch_size
-            else:
-                sizes, rows = parts_a_core(len(todo), self.batch_size, self.batch_cores)
+            sizes, rows, queued = call_parts(len(todo), self.batch_size, self.batch_cores, self.queue_size,
+                                             self.parallel_batches)
             starts = [0, *itertools.accumulate(sizes)]
             batches = [todo[start:end] for start, end in zip(starts, starts[1:])]
 
             def translate(batch):
-                return translate_batch(self._padded_batch([ids[i] for i in batch], rows), len(batch))
+                return translate_batch(self._padded_batch([ids[i] for i in batch], rows, queued), len(batch))
 
             for batch, translated in zip(batches, in_order(translate, batches, self.parallel_batches)):
                 for i, output in zip(batch, translated):

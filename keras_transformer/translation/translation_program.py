@@ -18,12 +18,15 @@ from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.pooled_beam import PooledBeamChoice
+from keras_transformer.decoding.refill import refill_greedy_tensors
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.translation.translator import Translator
+from keras_transformer_runtime.compiled_translator import REFILL_SLOTS
 from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
 from keras_transformer_runtime.compiled_translator import program_file
+from keras_transformer_runtime.compiled_translator import refills_on_this_platform
 from keras_transformer_runtime.compiled_translator import settings_bytes
 from keras_transformer_runtime.timings import phase
 from keras_transformer_runtime.weights_file import INDEX_FILE
@@ -31,7 +34,7 @@ from keras_transformer_runtime.weights_file import WEIGHTS_FILE
 from keras_transformer_runtime.weights_file import weights_files
 
 
-def export_decoding_program(translator, n_best=None, cross_attention=False):
+def export_decoding_program(translator, n_best=None, cross_attention=False, refill_slots=None):
     """The decoding loop of a `Translator` as a `jax.export.Exported`.
 
     Args:
@@ -41,6 +44,10 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
             translation's.
         cross_attention: bool, with `n_best`: the loop also returns the
             cross-attention, as `n_best(..., alignments=True)` reads it.
+        refill_slots: None, or an int: greedy search over a queue of
+            sources, this many rows at a time, a row whose sentence ended
+            taking the next (`decoding.refill`); its rows of zeros after
+            the last source are not decoded.
 
     Returns:
         The exported `(weights, encoder_tokens[, forced_first]) -> (generated, steps)`
@@ -80,6 +87,10 @@ def export_decoding_program(translator, n_best=None, cross_attention=False):
     forces_first = hasattr(translator.tokenizer, "forced_first_id")
 
     def decode(encoder_tokens, *forced_first):
+        if refill_slots:
+            return refill_greedy_tensors(decoder, encoder_tokens, refill_slots, translator.max_new_tokens,
+                                         translator.no_repeat_ngram_size,
+                                         forced_first[0] if forced_first else None)[:2]
         results = search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
                                  no_repeat_ngram_size=translator.no_repeat_ngram_size,
                                  return_cross_attention=bool(n_best and cross_attention), grow_caches=True,
@@ -209,3 +220,11 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
                             n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping,
                             end_at_limit=translator.end_at_limit)
         cache.write(entry / name, bytes(program.serialize()))
+    if refills_on_this_platform(beam_width, n_best):  # the same search, refilling (`load_compiled_translator`)
+        with phase("compile"):
+            program = export_decoding_program(translator, refill_slots=REFILL_SLOTS)
+        with phase("write"):
+            cache.write(entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
+                                             translator.max_new_tokens, beam_search=beam_search,
+                                             early_stopping=early_stopping, end_at_limit=translator.end_at_limit,
+                                             refill_slots=REFILL_SLOTS), bytes(program.serialize()))
