@@ -259,12 +259,36 @@ class CompiledTranslator(TextTranslator):
         What a server does before it says it is ready.
 
         Returns:
-            The `(rows, width)` shapes, smallest first.
+            The `(rows, width)` shapes: the batches' smallest first, then the queues' (`queue_shapes`).
         """
         shapes = self.batch_shapes()
         for shape in shapes:
             self._program_for(shape)
-        return shapes
+        for shape in self.queue_shapes():
+            self._program_for(shape, refill=True)
+        return shapes + self.queue_shapes()
+
+    def queue_shapes(self):
+        """Every `(rows, width)` a queue of the refilling program is padded into (`batch_threads.queue_parts`).
+
+        Rows: twice the batch size, doubling up to `queue_size`; the widths
+        of `batch_shapes`. None without a refilling program.
+
+        Example:
+
+        >>> translator = CompiledTranslator.__new__(CompiledTranslator)
+        >>> translator.batch_size, translator.max_length, translator.queue_size = 8, 40, 64
+        >>> translator.lone_sentence_rows, translator.batch_cores = 1, 1
+        >>> translator.queue_shapes()
+        [(16, 32), (16, 40), (32, 32), (32, 40), (64, 32), (64, 40)]
+        """
+        if not self.queue_size:
+            return []
+        widths = sorted({width for _, width in self.batch_shapes()})
+        rows = [2 * self.batch_size]
+        while rows[-1] < self.queue_size:
+            rows.append(2 * rows[-1])
+        return [(row, width) for row in rows for width in widths]
 
     def _decode(self, source):
         if self.n_best_size:

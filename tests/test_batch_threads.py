@@ -5,10 +5,14 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from keras_transformer_runtime.batch_threads import BATCH_A_CORE_MAX_WEIGHT_BYTES
 from keras_transformer_runtime.batch_threads import batch_cores
 from keras_transformer_runtime.batch_threads import in_order
+from keras_transformer_runtime.batch_threads import queue_parts
 from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.batch_threads import usable_cores
 from keras_transformer_runtime.text_translator import TextTranslator
@@ -168,3 +172,32 @@ def test_more_cores_than_a_batch_has_sentences_adds_no_shape_beyond_the_lone_sen
     assert {rows for rows, _ in many.batch_shapes()} == {4}
     assert many(["Sea la luz.", "la luz", "Sea"]) == _Reverse(tiny_tokenizer, 1)(["Sea la luz.", "la luz", "Sea"])
     assert [rows for rows, _ in many.calls] == [4, 4, 4]  # a lone sentence a core
+
+
+@given(count=st.integers(1, 2000), threads=st.integers(1, 8))
+@settings(max_examples=200, deadline=None)
+def test_queues_hold_every_sentence_in_order_at_most_a_queue_each_and_fill_the_threads(count, threads):
+    sizes, rows = queue_parts(count, 8, 64, threads)
+    assert sum(sizes) == count and max(sizes) <= 64 and max(sizes) - min(sizes) <= 1
+    assert len(sizes) == max(-(-count // 64), min(threads, -(-count // 8)))  # fewest queues, every thread busy
+    assert rows in (16, 32, 64) and max(sizes) <= rows and (rows == 16 or max(sizes) > rows // 2)
+
+
+class _Queues(_Rows):
+    """`_Rows` whose engine refills: a call of more than a batch goes in queues padded with rows of zeros."""
+
+    queue_size = 64
+
+    def _decode(self, source):
+        assert source.shape[0] <= self.batch_size or not source[-1].any() or source.shape[0] == 64
+        return super()._decode(source)
+
+
+def test_a_call_of_more_than_a_batch_goes_in_queues_padded_with_rows_of_zeros(tiny_tokenizer):
+    texts = ["Sea la luz.", "Y fue la luz.", "la luz", "Sea", "Y la tierra", "luz luz", "la", "Y la luz", "la la"] * 3
+    queued = _Queues(tiny_tokenizer, 2)
+    assert queued(texts) == _Reverse(tiny_tokenizer, 1)(texts)
+    assert [rows for rows, _ in queued.calls] == [16, 16, 16]  # 27 sentences as 9 + 9 + 9, on 3 threads
+    queued.calls.clear()
+    assert queued(texts[:5]) == _Reverse(tiny_tokenizer, 1)(texts[:5])  # a batch's worth: a batch a core
+    assert [rows for rows, _ in queued.calls] == [4, 4]

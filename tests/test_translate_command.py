@@ -444,3 +444,29 @@ def test_a_program_exported_for_a_gpu_never_goes_through_the_fused_attention_ker
         model(inputs)
     with attention_kernels_for_export(model, "cpu"), pytest.raises(RuntimeError, match="compatibility"):
         model(inputs)
+
+
+@pytest.mark.end_to_end
+def test_a_greedy_call_of_many_sentences_is_decoded_in_queues_refilling_rows_to_the_translations_of_batches(
+        trained_run, warm_cache, monkeypatch):
+    from keras_transformer.data.corpus import load_bible_pairs
+    from keras_transformer_cli.serve import write_program_in_a_child
+    from keras_transformer_runtime.compiled_translator import load_compiled_translator
+
+    cache, _ = warm_cache
+    sources = [pair.source for pair in load_bible_pairs("test")][:40]
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE_DIR", str(cache))  # where the child writing the program looks
+    translator = load_compiled_translator(str(trained_run), ProgramCache(cache / "keras-transformer"), beam_width=1,
+                                          write=write_program_in_a_child)
+    shapes = []
+    outputs = translator._outputs
+    translator._outputs = lambda source: shapes.append(source.shape) or outputs(source)
+    queued = translator(sources)
+    assert translator.queue_size and all(rows > translator.batch_size for rows, _ in shapes)
+    shapes.clear()
+    translator.queue_size = None  # the batch program: batches of 8, each until its longest output ends
+    assert translator(sources) == queued and all(rows == translator.batch_size for rows, _ in shapes)
+    keras_engine = _run(_command("translate", "--engine", "keras", "--beam", "1", "--model", str(trained_run),
+                                 *sources[:12]), cache, extra_env={"KERAS_BACKEND": "jax"})
+    assert keras_engine.returncode == 0, keras_engine.stderr.decode()[-3000:]
+    assert keras_engine.stdout.decode().splitlines() == queued[:12]

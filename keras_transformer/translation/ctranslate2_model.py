@@ -383,7 +383,7 @@ class CTranslate2Translator(TextTranslator):
             inter_threads=self.parallel_batches,
         )
 
-    def _padded_batch(self, ids, batch_rows=None):
+    def _padded_batch(self, ids, batch_rows=None, zeros=False):
         return ids  # CTranslate2 takes rows of tokens and pads them itself
 
     def _decode(self, source):
