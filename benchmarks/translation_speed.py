@@ -121,7 +121,7 @@ def ended_steps(tokens, limit):
 
 
 class RowSteps:
-    """Counts a `Translator`'s generated row-steps, and those after a row's end token.
+    """Counts a `Translator`'s generated row-steps, and those after a row's end token (batches, not queues).
 
     Wraps the translator's `_decode`, which returns each batch's tokens
     `(rows, steps)`: every row runs `steps` steps, and those after its
@@ -145,6 +145,8 @@ class RowSteps:
 
         def counted(source):
             generated = decode(source)
+            if getattr(translator, "queue_size", None) and len(source) > translator.batch_size:
+                return generated  # a queue refills its rows: rows x steps is not what it ran
             tokens = np.asarray(generated)
             lengths = ended_steps(tokens, tokens.shape[1])
             self.total += tokens.size
@@ -281,7 +283,7 @@ def measure(args, log=print):
                    warm_sentences_per_second=round(len(pairs) / whole, 1),
                    translating_sentences_per_second=round(len(pairs) / translating, 1), bleu=bleu,
                    output_words=round(statistics.mean(len(text.split()) for text in translations), 1))
-        if row_steps is not None:
+        if row_steps is not None and row_steps.total:
             row["row_steps_after_end"] = round(row_steps.after_end / row_steps.total, 3)
         # A Keras model's weights' bytes: int8 and int4 kernels are smaller.
         if hasattr(getattr(translator, "model", None), "weights"):
