@@ -8,7 +8,9 @@ and greedy and beam search differ only in the choice that picks the next
 tokens (`GreedyChoice`, `BeamChoice`; `NBestChoice` keeps the n best
 with their scores; `PooledBeamChoice` is transformers' beam search, with
 its n best too). The `Translator` and the SavedModel
-export run the same loop.
+export run the same loop. `refill_greedy_search` decodes a queue of
+sources in a few rows, a row whose sentence ended taking the next
+(`refill`): the compiled engine's greedy search on a CPU.
 
 Example:
 
@@ -39,6 +41,7 @@ from keras_transformer.decoding.search import greedy_search_uncached
 from keras_transformer.decoding.search import n_best_search
 from keras_transformer.decoding.search import pooled_beam_search
 from keras_transformer.decoding.pooled_beam import PooledBeamChoice
+from keras_transformer.decoding.refill import refill_greedy_search
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "n_best_search",
     "pooled_beam_search",
     "PooledBeamChoice",
+    "refill_greedy_search",
     "run_search",
     "search_tensors",
 ]
