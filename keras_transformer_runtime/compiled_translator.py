@@ -55,8 +55,8 @@ DEFAULT_LENGTH_PENALTY = 0.6
 CPU_BEAM_BATCH_SIZE = 4
 # A greedy program on a CPU also comes as a refilling one (`keras_transformer.decoding.refill`): queues of up to
 # 64 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next. The README's model
-# translated the test split 1.15x faster so, and a model whose outputs run long 1.32x, the same translations
-# (benchmarks/results/cpu-xeon-amx/refill).
+# translated the test split 1.15x faster so, and a model whose outputs run long 1.36x, the same translations
+# (2-core Xeon; benchmarks/results/cpu-xeon-amx/refill).
 REFILL_SLOTS = 8
 REFILL_QUEUE_SIZE = 64
 

@@ -198,12 +198,15 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         return (step + 1, source, start, tokens, generated, caches, cross_caches, source_mask, output, longest,
                 queued)
 
+    def any_live(*state):
+        return ops.any(ops.less(state[1], sources))
+
     def in_ring(number):
         """The loop in rings of `phases[number]` columns, while that is the ring `ring_needed` names."""
         ring = phases[number]
 
         def keep_going(*state):
-            return ops.logical_and(ops.any(ops.less(state[1], sources)), ops.equal(ring_needed(state), number))
+            return ops.logical_and(any_live(*state), ops.equal(ring_needed(state), number))
 
         def run(state):
             step, caches = state[0], state[5]
@@ -213,8 +216,7 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
             caches = [tuple(wider_ring(part, phases[-1]) for part in cache) for cache in state[5]]
             return (*state[:5], caches, *state[6:])
 
-        return run if len(phases) > 1 else lambda state: ops.while_loop(
-            lambda *state: ops.any(ops.less(state[1], sources)), lambda *state: decode(ring, *state), state)
+        return run
 
     source = ops.arange(slots, dtype="int32")
     source = ops.where(ops.less(source, sources), source, rows)
@@ -233,13 +235,12 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         ops.minimum(ops.convert_to_tensor(slots, "int32"), sources),
     )
     if len(phases) == 1:
-        state = in_ring(0)(state)
+        state = ops.while_loop(any_live, lambda *state: decode(phases[0], *state), state)
     else:
         # Each turn runs the ring the live sentences need until they need another (a sentence grows past it,
         # or the last long one ends).
         branches = [in_ring(number) for number in range(len(phases))]
-        state = ops.while_loop(lambda *state: ops.any(ops.less(state[1], sources)),
-                               lambda *state: ops.switch(ring_needed(state), branches, state), state)
+        state = ops.while_loop(any_live, lambda *state: ops.switch(ring_needed(state), branches, state), state)
     return state[8][:-1], state[9], state[0]
 
 

@@ -335,22 +335,19 @@ class PositionalEmbedding(keras.layers.Layer):
     def _position_encoding(self, inputs, start_index):
         table = self.position_table()
         length = inputs.shape[-1]
-        if ops.is_tensor(start_index) and len(start_index.shape) == 1:  # a position per row
-            offsets = ops.arange(length, dtype="int32") if isinstance(length, int) else (
-                ops.cumsum(ops.ones_like(ops.sum(inputs, axis=0), dtype="int32")) - 1)
-            positions = ops.cast(start_index, "int32")[:, None] + offsets[None, :]
-            return ops.take(ops.convert_to_tensor(table), positions, axis=0)
+        per_row = ops.is_tensor(start_index) and len(start_index.shape) == 1  # rows at different steps (`refill`)
         if isinstance(start_index, int) and isinstance(length, int):
             return table[start_index : start_index + length]
-        if isinstance(length, int):  # one decoding step: a start known only at run time
+        if isinstance(length, int) and not per_row:  # one decoding step: a start known only at run time
             return ops.slice(ops.convert_to_tensor(table), (start_index, 0), (length, self.encoding_dim))
         # A gather at positions counted from the tokens themselves, not a
         # slice or an arange of symbolic size: exporters with a dynamic
         # length (JAX's jax2tf and jax2onnx) can neither prove
         # `start + length <= max_length` nor take a symbolic arange.
         # (A sum over the batch, not `inputs[0]`: a batch may be empty.)
-        ones = ops.ones_like(ops.sum(inputs, axis=0), dtype="int32")
-        positions = ops.cumsum(ones) - 1 + ops.cast(start_index, "int32")
+        offsets = ops.cumsum(ops.ones_like(ops.sum(inputs, axis=0), dtype="int32")) - 1
+        start = ops.cast(start_index, "int32")
+        positions = start[:, None] + offsets[None, :] if per_row else offsets + start
         return ops.take(ops.convert_to_tensor(table), positions, axis=0)
 
     def project_to_vocabulary(self, hidden, kernel=None):
