@@ -1,4 +1,4 @@
-"""Greedy search refilling finished rows: each sentence's tokens as greedy search gives them, in fewer steps."""
+"""Search refilling finished rows: each sentence's tokens as greedy and beam search give them, in fewer steps."""
 
 import numpy as np
 import pytest
@@ -8,8 +8,10 @@ from keras import ops
 
 import keras_transformer as kt
 from keras_transformer.decoding import CachedDecoder
+from keras_transformer.decoding import beam_search
 from keras_transformer.decoding import greedy_search
 from keras_transformer.decoding.refill import narrower_ring
+from keras_transformer.decoding.refill import refill_beam_search
 from keras_transformer.decoding.refill import refill_greedy_search
 from keras_transformer.decoding.refill import ring_mask
 from keras_transformer.decoding.refill import wider_ring
@@ -18,14 +20,13 @@ from keras_transformer_runtime.special_tokens import END_ID
 MAX_NEW_TOKENS = 70  # rings of 32, 64 and 128 columns
 
 
-@pytest.fixture(scope="module")
-def decoder_and_sources():
-    """A model whose outputs end anywhere from the first step to past 64 tokens, and 12 sources."""
+def spread_model(lengths_of, spread):
+    """A model, 12 sources and their lengths, where `spread(lengths)` holds for the lengths `lengths_of` gives."""
     rng = np.random.default_rng(0)
     sources = rng.integers(3, 40, size=(12, 9))
     sources[rng.random(sources.shape) < 0.3] = 0
     sources[:, 0] = rng.integers(3, 40, len(sources))
-    # Random weights rarely end a sentence: raise END_ID's logit until the lengths spread over every ring.
+    # Random weights rarely end a sentence: raise END_ID's logit until the lengths spread.
     for seed in range(4):
         keras.utils.set_random_seed(seed)
         model = kt.models.transformer(40, 40, num_layers=2, d_model=16, num_heads=2, ff_dim=32, max_length=80)
@@ -35,10 +36,38 @@ def decoder_and_sources():
             values = np.zeros(bias.shape, "float32")
             values[END_ID] = extra
             bias.assign(values)
-            lengths = [len(tokens) for tokens in each(decoder, sources)]
-            if min(lengths) < 32 and 64 < max(lengths) and len(set(lengths)) > 4:
+            lengths = lengths_of(decoder, sources)
+            if spread(lengths):
                 return decoder, sources, lengths
-    pytest.fail("no bias spread the outputs' lengths over 32 and 64 tokens")
+    pytest.fail("no bias spread the outputs' lengths")
+
+
+@pytest.fixture(scope="module")
+def decoder_and_sources():
+    """A model whose greedy outputs end anywhere from the first step to past 64 tokens, and 12 sources."""
+    return spread_model(lambda decoder, sources: [len(tokens) for tokens in each(decoder, sources)],
+                        lambda lengths: min(lengths) < 32 and 64 < max(lengths) and len(set(lengths)) > 4)
+
+
+@pytest.fixture(scope="module")
+def beam_decoder_and_sources():
+    """A model whose beams of 3 end within 32 tokens for some sources and run to the limit for a third of them.
+
+    A source refilled after one that ran to the limit starts where the
+    last hypotheses' scores were far below 0: a beam that kept them would
+    rank its new hypotheses otherwise.
+    """
+    def lengths_of(decoder, sources):
+        return [len(tokens) for tokens in unpadded(beam_search(decoder, sources, beam_width=3,
+                                                               max_new_tokens=MAX_NEW_TOKENS))]
+
+    return spread_model(lengths_of, lambda lengths: min(lengths) < 32 and lengths.count(MAX_NEW_TOKENS) >= 4
+                        and sum(length < 32 for length in lengths) >= 4)
+
+
+def unpadded(tokens):
+    """Each row's tokens without their padding."""
+    return [[int(token) for token in row if token] for row in tokens]
 
 
 def each(decoder, sources, **options):
@@ -54,6 +83,29 @@ def test_each_sentence_gets_the_tokens_greedy_search_gives_it(decoder_and_source
     expected = each(decoder, sources, **options)
     assert [[int(token) for token in row if token] for row in refilled] == expected
     assert refilled.shape[1] == max(len(tokens) for tokens in expected)
+
+
+@pytest.mark.parametrize("options", [{}, {"no_repeat_ngram_size": 3, "length_penalty": 0.0}, {"forced_first_id": 5}])
+def test_each_sentence_gets_the_hypothesis_beam_search_gives_it(beam_decoder_and_sources, options):
+    decoder, sources, _ = beam_decoder_and_sources
+    refilled, loop_steps = refill_beam_search(decoder, sources, slots=3, beam_width=3, max_new_tokens=MAX_NEW_TOKENS,
+                                              return_loop_steps=True, **options)
+    expected = unpadded(beam_search(decoder, sources, beam_width=3, max_new_tokens=MAX_NEW_TOKENS, **options))
+    assert unpadded(refilled) == expected
+    # A source's rows decode until its last hypothesis ends: at least its best one's steps, and no more in all
+    # than batches of 3 that run until their last hypothesis ends.
+    batches = sum(beam_search(decoder, sources[i:i + 3], beam_width=3, max_new_tokens=MAX_NEW_TOKENS,
+                              **options).shape[1] for i in range(0, len(sources), 3))
+    assert sum(len(tokens) for tokens in expected) / 3 <= loop_steps <= batches
+
+
+def test_a_beams_rows_take_the_next_source_together(beam_decoder_and_sources):
+    decoder, sources, _ = beam_decoder_and_sources
+    options = dict(beam_width=2, max_new_tokens=MAX_NEW_TOKENS)
+    refilled = refill_beam_search(decoder, sources[:5], slots=2, **options)
+    assert unpadded(refilled) == [unpadded(beam_search(decoder, source[None], **options))[0] for source in sources[:5]]
+    alone = refill_beam_search(decoder, sources[:1], slots=4, **options)
+    assert unpadded(alone) == unpadded(beam_search(decoder, sources[:1], **options))
 
 
 def test_a_row_whose_sentence_ended_takes_the_next_one(decoder_and_sources):
@@ -113,3 +165,9 @@ def test_bad_slots_are_refused(decoder_and_sources):
     decoder, sources, _ = decoder_and_sources
     with pytest.raises(ValueError, match="slots"):
         refill_greedy_search(decoder, sources, slots=0)
+
+
+def test_bad_beam_width_is_refused(decoder_and_sources):
+    decoder, sources, _ = decoder_and_sources
+    with pytest.raises(ValueError, match="beam_width"):
+        refill_beam_search(decoder, sources, beam_width=0)

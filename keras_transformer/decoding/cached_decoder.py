@@ -205,7 +205,7 @@ class CachedDecoder:
 
         With `positions` (int `(batch,)`, each row's position) and
         `self_attention_mask`, the caches are rings written at column
-        `index` (`DecoderLayer.decode_step`; `refill.refill_greedy_tensors`).
+        `index` (`DecoderLayer.decode_step`; `refill.refill_search_tensors`).
         """
         x = self.embedding(tokens, start_index=index if positions is None else positions)
         record = not isinstance(cross_attention, tuple)

@@ -1,17 +1,17 @@
-"""Greedy search that gives a row whose sentence ended the next source: `refill_greedy_search`.
+"""Search that gives the rows of a finished sentence the next source: `refill_greedy_search`, `refill_beam_search`.
 
 A batch of the one decoding loop (`sampler.search_tensors`) decodes until
 its longest output ends, so the rows whose sentence ended decode padding:
-17-33 % of greedy's row-steps on the 605 test sentences
-(benchmarks/findings/decoding.md). Here a call's sources wait in a queue,
-`slots` rows decode, and a row whose sentence ended starts the next source
-at the next step. Rows then sit at different positions of their sentences,
-so each row has its own position and the self-attention caches are rings:
-at step `t` every row writes its keys and values at column
-`t % max_new_tokens` and attends to the columns written since its sentence
-began (`ring_mask`). Attention does not depend on the order of its keys,
-so a sentence gets the tokens the one loop gives it, up to the order of
-float32 sums.
+17-33 % of greedy's row-steps on the 605 test sentences, and up to 52 % of
+beam 4's (benchmarks/findings/decoding.md). Here a call's sources wait in
+a queue, `slots` sources decode (a row each for greedy, `width` for a
+beam), and the rows of a sentence that ended start the next source at the
+next step. Rows then sit at different positions of their sentences, so
+each row has its own position and the self-attention caches are rings: at
+step `t` every row writes its keys and values at column `t % R` and
+attends to the columns written since its sentence began (`ring_mask`).
+Attention does not depend on the order of its keys, so a sentence gets
+the tokens the one loop gives it, up to the order of float32 sums.
 """
 
 import weakref
@@ -22,7 +22,8 @@ from keras_transformer.decoding.checks import check_decoder
 from keras_transformer.decoding.checks import check_encoder_tokens
 from keras_transformer.decoding.checks import check_int
 from keras_transformer.decoding.checks import check_max_new_tokens
-from keras_transformer.decoding.choices import first_max_index
+from keras_transformer.decoding.choices import BeamChoice
+from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import FIRST_CACHE_LENGTH
 from keras_transformer.decoding.sampler import block_repeated_ngrams
 from keras_transformer.decoding.sampler import compile_function
@@ -33,6 +34,7 @@ from keras_transformer.decoding.sampler import forbidden_token_ids
 from keras_transformer.decoding.sampler import loop_inputs
 from keras_transformer.decoding.sampler import mask_forbidden_tokens
 from keras_transformer_runtime.special_tokens import END_ID
+from keras_transformer_runtime.special_tokens import PAD_ID
 
 
 def ring_mask(column, positions, length):
@@ -109,26 +111,32 @@ def wider_ring(part, longest):
     return ops.tile(part, (1, 1, longest // part.shape[2], 1))
 
 
-def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_repeat_ngram_size=0,
-                          forced_first=None):
-    """The refilling greedy loop on tensors: what `refill_greedy_search` compiles.
+def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_repeat_ngram_size=0,
+                          forced_first=None, choice=GreedyChoice()):
+    """The refilling loop on tensors: what `refill_greedy_search` and `refill_beam_search` compile.
 
     Args:
         decoder: a `CachedDecoder`.
         encoder_tokens: int32 `(rows, source_length)`, padded with 0;
             the queue, decoded in its order. Rows of zeros after the last
             source are not decoded (a queue padded to a few shapes).
-        slots: int, rows decoded at a time.
+        slots: int, sources decoded at a time, each in `choice.width` rows.
         max_new_tokens: int, the most tokens of a sentence.
         no_repeat_ngram_size: int, as `sampler.search_tensors`'.
         forced_first: as `sampler.search_tensors`'.
+        choice: a `GreedyChoice` or a `BeamChoice`. A source's `width`
+            rows end together, when every one has ended (a beam's
+            hypotheses), and take the next source together.
 
     Returns:
         `(generated, steps, loop_steps)`: int32 `(rows, max_new_tokens)`,
-        each sentence's tokens up to and with `END_ID`, then 0; the longest
-        sentence's tokens (an int32 scalar); and the steps the loop ran
-        (each of `slots` rows).
+        each sentence's tokens (`choice.best`'s) up to and with `END_ID`,
+        then 0; the longest sentence's steps (an int32 scalar); and the
+        steps the loop ran (each of `slots * choice.width` rows).
     """
+    if not isinstance(choice, (GreedyChoice, BeamChoice)):
+        raise TypeError(f"The refilling loop takes a GreedyChoice or a BeamChoice, not {type(choice).__name__}.")
+    width = choice.width
     rows = ops.shape(encoder_tokens)[0]
     real = ops.any(ops.not_equal(encoder_tokens, 0), axis=1)
     # The sources: up to the last row that holds a token.
@@ -141,9 +149,13 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
     output_kernel = () if decoder.output_projection is not None else decoder.embedding.vocabulary_kernel()
     phases = ring_phases(max_new_tokens)
 
+    def each_row(per_source):
+        """A value of each slot as one of each of its `width` rows."""
+        return per_source if width == 1 else ops.repeat(per_source, width, axis=0)
+
     def sources_of(picked):
-        """The cross-attention caches and source mask of the queue's rows `picked` (the last source for none)."""
-        picked = ops.minimum(picked, ops.maximum(sources - 1, 0))
+        """The cross-attention caches and source mask of the slots' sources `picked` (the last source for none)."""
+        picked = each_row(ops.minimum(picked, ops.maximum(sources - 1, 0)))
         caches = [tuple(ops.take(part, picked, axis=0) for part in cache) for cache in queued_caches]
         return caches, ops.take(encoder_mask, picked, axis=0)
 
@@ -158,8 +170,9 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         return ops.sum(ops.cast(ops.greater_equal(longest, ops.convert_to_tensor(phases[:-1], "int32")), "int32"))
 
     def decode(ring, step, source, start, tokens, generated, caches, cross_caches, source_mask, output, longest,
-               queued):
-        live, positions = live_positions(step, source, start)
+               queued, finished, choice_state):
+        live, slot_positions = live_positions(step, source, start)
+        positions = each_row(slot_positions)
         column = ops.mod(step, ring)
         logits, caches, _ = decoder._step_tensors(
             tokens, column, caches, cross_caches, source_mask, output_kernel, (), positions=positions,
@@ -169,34 +182,46 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
             logits = force_first_token(logits, positions, forced_first)
         if no_repeat_ngram_size:
             logits = block_repeated_ngrams(logits, generated, positions, no_repeat_ngram_size)
-        next_tokens = first_max_index(logits)
+        next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state)
+        if parents is not None:  # a beam's rows continue hypotheses of their own source
+            generated = ops.take(generated, parents, axis=0)
+            finished = ops.take(finished, parents, axis=0)
+            caches = [tuple(ops.take(part, parents, axis=0) for part in cache) for cache in caches]
+        next_tokens = ops.where(finished, PAD_ID, next_tokens)
         generated = ops.where(ops.equal(columns[None, :], positions[:, None]), next_tokens[:, None], generated)
-        ended = ops.logical_and(live, ops.logical_or(ops.equal(next_tokens, END_ID),
-                                                     ops.greater_equal(positions + 1, max_new_tokens)))
-        # An ended row writes its sentence; the others write the spare last row.
+        finished = ops.logical_or(finished, ops.equal(next_tokens, END_ID))
+        all_finished = ops.all(ops.reshape(finished, (-1, width)), axis=1)
+        ended = ops.logical_and(live, ops.logical_or(all_finished,
+                                                     ops.greater_equal(slot_positions + 1, max_new_tokens)))
+        # An ended source writes its sentence; the others write the spare last row.
         written = ops.where(ended, source, rows)
-        output = ops.cond(ops.any(ended), lambda: ops.scatter_update(output, written[:, None], generated),
+        output = ops.cond(ops.any(ended),
+                          lambda: ops.scatter_update(output, written[:, None], choice.best(generated, choice_state)),
                           lambda: output)
-        longest = ops.maximum(longest, ops.max(ops.where(ended, positions + 1, 0)))
+        longest = ops.maximum(longest, ops.max(ops.where(ended, slot_positions + 1, 0)))
         free = ops.logical_or(ended, ops.logical_not(live))
         candidate = queued + ops.cumsum(ops.cast(free, "int32")) - 1
         refilled = ops.logical_and(free, ops.less(candidate, sources))
         source = ops.where(free, ops.where(refilled, candidate, rows), source)
         queued = queued + ops.sum(ops.cast(refilled, "int32"))
         start = ops.where(refilled, step + 1, start)
-        tokens = ops.where(refilled, start_id, next_tokens)[:, None]
-        generated = ops.where(refilled[:, None], 0, generated)
+        refilled_rows = each_row(refilled)
+        tokens = ops.where(refilled_rows, start_id, next_tokens)[:, None]
+        generated = ops.where(refilled_rows[:, None], 0, generated)
+        finished = ops.logical_and(finished, ops.logical_not(refilled_rows))
+        choice_state = tuple(ops.where(refilled_rows, fresh, kept)
+                             for fresh, kept in zip(choice.initial_state(slots * width), choice_state))
 
         def refill():
             new_caches, new_mask = sources_of(source)
-            return ([tuple(ops.where(refilled[:, None, None, None], new, old) for new, old in zip(fresh, kept))
+            return ([tuple(ops.where(refilled_rows[:, None, None, None], new, old) for new, old in zip(fresh, kept))
                      for fresh, kept in zip(new_caches, cross_caches)],
-                    ops.where(refilled[:, None], new_mask, source_mask))
+                    ops.where(refilled_rows[:, None], new_mask, source_mask))
 
         # Most steps start no sentence: they leave the cross-attention caches as they are.
         cross_caches, source_mask = ops.cond(ops.any(refilled), refill, lambda: (cross_caches, source_mask))
         return (step + 1, source, start, tokens, generated, caches, cross_caches, source_mask, output, longest,
-                queued)
+                queued, finished, choice_state)
 
     def any_live(*state):
         return ops.any(ops.less(state[1], sources))
@@ -225,14 +250,16 @@ def refill_greedy_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         ops.convert_to_tensor(0, "int32"),
         source,
         ops.zeros((slots,), "int32"),
-        ops.full((slots, 1), start_id, "int32"),
-        ops.zeros((slots, max_new_tokens), "int32"),
-        [layer.empty_cache(slots, phases[-1]) for layer in decoder.decoder_layers],
+        ops.full((slots * width, 1), start_id, "int32"),
+        ops.zeros((slots * width, max_new_tokens), "int32"),
+        [layer.empty_cache(slots * width, phases[-1]) for layer in decoder.decoder_layers],
         cross_caches,
         source_mask,
         ops.zeros((rows + 1, max_new_tokens), "int32"),
         ops.convert_to_tensor(0, "int32"),
         ops.minimum(ops.convert_to_tensor(slots, "int32"), sources),
+        ops.zeros((slots * width,), "bool"),
+        tuple(choice.initial_state(slots * width)),
     )
     if len(phases) == 1:
         state = ops.while_loop(any_live, lambda *state: decode(phases[0], *state), state)
@@ -286,20 +313,72 @@ def refill_greedy_search(decoder, encoder_tokens, slots=8, max_new_tokens=None, 
     >>> all((refilled[i, :len(tokens)] == tokens).all() for i, tokens in enumerate(each))
     True
     """
-    check_decoder(decoder, "refill_greedy_search")
-    check_int("refill_greedy_search", "slots", slots, 1)
-    check_int("refill_greedy_search", "no_repeat_ngram_size", no_repeat_ngram_size, 0)
-    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, "refill_greedy_search")
+    return _refill_search("refill_greedy_search", decoder, encoder_tokens, GreedyChoice(), slots, max_new_tokens,
+                          no_repeat_ngram_size, forced_first_id, return_loop_steps)
+
+
+def refill_beam_search(decoder, encoder_tokens, slots=4, beam_width=4, length_penalty=0.6, max_new_tokens=None,
+                       no_repeat_ngram_size=0, forced_first_id=None, return_loop_steps=False):
+    """Beam search over a queue of sources, `slots` sources at a time, a finished source's rows refilled at once.
+
+    Each source's best hypothesis as `beam_search` gives it (up to the
+    order of float32 sums): a source's `beam_width` rows decode until every
+    hypothesis has ended, as they do in `beam_search`'s batch, then take
+    the next source together, so no row decodes padding while a source
+    waits. Compiled as `beam_search` is (`sampler.compiles_loop`).
+
+    Args:
+        decoder: a `CachedDecoder`.
+        encoder_tokens: int `(sources, source_length)`, padded with 0.
+        slots: int >= 1, sources decoded together (`slots * beam_width` rows).
+        beam_width, length_penalty: as `beam_search`'s.
+        max_new_tokens, no_repeat_ngram_size, forced_first_id: as `beam_search`'s.
+        return_loop_steps: bool, also return the steps the loop ran.
+
+    Returns:
+        int NumPy `(sources, steps)`, as `beam_search`; with
+        `return_loop_steps`, `(tokens, loop_steps)`.
+
+    Raises:
+        TypeError, ValueError: as `beam_search`, and for `slots` that is
+            not an int >= 1.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.decoding import CachedDecoder, beam_search
+    >>> model = kt.models.transformer(20, 20, num_layers=1, d_model=8,
+    ...                               num_heads=2, ff_dim=16, max_length=12)
+    >>> decoder, source = CachedDecoder(model), np.array([[5, 6, 0], [7, 0, 0], [9, 4, 3]])
+    >>> refilled = refill_beam_search(decoder, source, slots=2, beam_width=3, max_new_tokens=6)
+    >>> each = [beam_search(decoder, row[None], beam_width=3, max_new_tokens=6)[0] for row in source]
+    >>> all((refilled[i, :len(tokens)] == tokens).all() for i, tokens in enumerate(each))
+    True
+    """
+    check_int("refill_beam_search", "beam_width", beam_width, 1)
+    choice = BeamChoice(width=beam_width, length_penalty=float(length_penalty))
+    return _refill_search("refill_beam_search", decoder, encoder_tokens, choice, slots, max_new_tokens,
+                          no_repeat_ngram_size, forced_first_id, return_loop_steps)
+
+
+def _refill_search(owner, decoder, encoder_tokens, choice, slots, max_new_tokens, no_repeat_ngram_size,
+                   forced_first_id, return_loop_steps):
+    """Checks the arguments, runs the (kept, compiled) refilling loop and copies its tokens to the host."""
+    check_decoder(decoder, owner)
+    check_int(owner, "slots", slots, 1)
+    check_int(owner, "no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    encoder_tokens = check_encoder_tokens(encoder_tokens, decoder, owner)
     max_new_tokens = max_new_tokens or decoder.max_length - 1
     check_max_new_tokens(max_new_tokens, decoder.max_length)
-    forces_first = forced_first_id is not None
 
     def run(tokens, forced_first=None):
-        return refill_greedy_tensors(decoder, tokens, slots, max_new_tokens, no_repeat_ngram_size, forced_first)
+        return refill_search_tensors(decoder, tokens, slots, max_new_tokens, no_repeat_ngram_size, forced_first,
+                                     choice)
 
     if compiles_loop(decoder):
         loops = _compiled_loops.setdefault(decoder, {})
-        key = (slots, max_new_tokens, no_repeat_ngram_size, forces_first)
+        key = (choice, slots, max_new_tokens, no_repeat_ngram_size, forced_first_id is not None)
         if key not in loops:
             loops[key] = compile_function(run, variables=decoder.model.variables)
         run = loops[key]

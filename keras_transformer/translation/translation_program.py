@@ -18,7 +18,7 @@ from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.pooled_beam import PooledBeamChoice
-from keras_transformer.decoding.refill import refill_greedy_tensors
+from keras_transformer.decoding.refill import refill_search_tensors
 from keras_transformer.decoding.sampler import search_tensors
 from keras_transformer.decoding.sampler import with_variable_values
 from keras_transformer.layers.attention import MultiHeadAttention
@@ -44,10 +44,11 @@ def export_decoding_program(translator, n_best=None, cross_attention=False, refi
             translation's.
         cross_attention: bool, with `n_best`: the loop also returns the
             cross-attention, as `n_best(..., alignments=True)` reads it.
-        refill_slots: None, or an int: greedy search over a queue of
-            sources, this many rows at a time, a row whose sentence ended
-            taking the next (`decoding.refill`); its rows of zeros after
-            the last source are not decoded.
+        refill_slots: None, or an int: the search (greedy or a kept
+            beam) over a queue of sources, this many sources at a time,
+            the rows of a sentence that ended taking the next
+            (`decoding.refill`); its rows of zeros after the last source
+            are not decoded.
 
     Returns:
         The exported `(weights, encoder_tokens[, forced_first]) -> (generated, steps)`
@@ -88,9 +89,9 @@ def export_decoding_program(translator, n_best=None, cross_attention=False, refi
 
     def decode(encoder_tokens, *forced_first):
         if refill_slots:
-            return refill_greedy_tensors(decoder, encoder_tokens, refill_slots, translator.max_new_tokens,
+            return refill_search_tensors(decoder, encoder_tokens, refill_slots, translator.max_new_tokens,
                                          translator.no_repeat_ngram_size,
-                                         forced_first[0] if forced_first else None)[:2]
+                                         forced_first[0] if forced_first else None, choice)[:2]
         results = search_tensors(decoder, encoder_tokens, choice=choice, max_new_tokens=translator.max_new_tokens,
                                  no_repeat_ngram_size=translator.no_repeat_ngram_size,
                                  return_cross_attention=bool(n_best and cross_attention), grow_caches=True,
