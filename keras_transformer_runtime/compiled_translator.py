@@ -54,11 +54,12 @@ DEFAULT_LENGTH_PENALTY = 0.6
 # benchmarks/results/cpu-beam-step-changes).
 CPU_BEAM_BATCH_SIZE = 4
 # A greedy program on a CPU also comes as a refilling one (`keras_transformer.decoding.refill`): queues of up to
-# 64 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next. The README's model
-# translated the test split 1.15x faster so, and a model whose outputs run long 1.36x, the same translations
-# (2-core Xeon; benchmarks/results/cpu-xeon-amx/refill).
+# 32 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next. The README's model
+# translated the test split 1.15x faster so in queues of 64, and a model whose outputs run long 1.36x, the same
+# translations; queues of 32 ran 1.02-1.06x faster than 64 again, and 16 0.97-1.14x, on the engine's threads
+# (2-core Xeon; benchmarks/results/cpu-xeon-amx/refill, refill-beam).
 REFILL_SLOTS = 8
-REFILL_QUEUE_SIZE = 64
+REFILL_QUEUE_SIZE = 32
 
 
 def engine_description():
