@@ -8,9 +8,10 @@ and greedy and beam search differ only in the choice that picks the next
 tokens (`GreedyChoice`, `BeamChoice`; `NBestChoice` keeps the n best
 with their scores; `PooledBeamChoice` is transformers' beam search, with
 its n best too). The `Translator` and the SavedModel
-export run the same loop. `refill_greedy_search` decodes a queue of
-sources in a few rows, a row whose sentence ended taking the next
-(`refill`): the compiled engine's greedy search on a CPU.
+export run the same loop. `refill_greedy_search` and `refill_beam_search`
+decode a queue of sources a few at a time, the rows of a sentence that
+ended taking the next (`refill`): the first is the compiled engine's
+greedy search on a CPU.
 
 Example:
 
@@ -41,6 +42,7 @@ from keras_transformer.decoding.search import greedy_search_uncached
 from keras_transformer.decoding.search import n_best_search
 from keras_transformer.decoding.search import pooled_beam_search
 from keras_transformer.decoding.pooled_beam import PooledBeamChoice
+from keras_transformer.decoding.refill import refill_beam_search
 from keras_transformer.decoding.refill import refill_greedy_search
 from keras_transformer.decoding.uncached_decoder import UncachedDecoder
 
@@ -61,6 +63,7 @@ __all__ = [
     "n_best_search",
     "pooled_beam_search",
     "PooledBeamChoice",
+    "refill_beam_search",
     "refill_greedy_search",
     "run_search",
     "search_tensors",
