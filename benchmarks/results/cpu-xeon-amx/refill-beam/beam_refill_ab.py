@@ -1,7 +1,7 @@
 """Ad hoc: the engine's queues (refilling program) against its batches, beam 4, alternating in one process.
 
 Needs the engine change of `engine-beam-refill-not-taken.patch` (on 712a7f0), which gives a kept beam a
-refilling program of 4 slots; `BEAM_SLOTS=8` needs the one-line variant the README names.
+refilling program of 4 slots; `BEAM_SLOTS=8` needs the two-line variant the README names.
 
     PYTHONPATH=. KERAS_BACKEND=jax python benchmarks/results/cpu-xeon-amx/refill-beam/beam_refill_ab.py MODEL 4 3 16,32,64
     PAR=1 ...   # the translator's parallel_batches (default: the engine's, 3 on 2 cores)
