@@ -150,6 +150,9 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
     output_kernel = () if decoder.output_projection is not None else decoder.embedding.vocabulary_kernel()
     phases = ring_phases(max_new_tokens)
 
+    # What a refilled row's search starts from: made once, outside the loop (it depends on shapes only).
+    fresh_choice_state = tuple(choice.initial_state(slots * width))
+
     def each_row(per_source):
         """A value of each slot as one of each of its `width` rows."""
         return per_source if width == 1 else ops.repeat(per_source, width, axis=0)
@@ -211,7 +214,7 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         generated = ops.where(refilled_rows[:, None], 0, generated)
         finished = ops.logical_and(finished, ops.logical_not(refilled_rows))
         choice_state = tuple(ops.where(refilled_rows, fresh, kept)
-                             for fresh, kept in zip(choice.initial_state(slots * width), choice_state))
+                             for fresh, kept in zip(fresh_choice_state, choice_state))
 
         def refill():
             new_caches, new_mask = sources_of(source)
@@ -260,7 +263,7 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         ops.convert_to_tensor(0, "int32"),
         ops.minimum(ops.convert_to_tensor(slots, "int32"), sources),
         ops.zeros((slots * width,), "bool"),
-        tuple(choice.initial_state(slots * width)),
+        fresh_choice_state,
     )
     if len(phases) == 1:
         state = ops.while_loop(any_live, lambda *state: decode(phases[0], *state), state)
