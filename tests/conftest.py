@@ -23,6 +23,15 @@ _FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
 
+# A share of the cores for each pytest-xdist worker's OpenMP threads (torch's
+# eager operations, NumPy's BLAS): with a thread per core in each of 2 workers
+# on 2 cores, the torch suite took 320 s; 213 s with one thread a worker (and
+# tests/test_refill.py trimmed), its eager searches no longer the slowest items
+# (CONTRIBUTING.md). The commands the tests start inherit it.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
 # XLA's compiled code for the suite's programs, kept between runs (and shared
 # by the workers of one) under .pytest_cache: JAX compiles each operation a
 # test runs eagerly, so a second run takes about half the first's
