@@ -34,6 +34,7 @@ from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+from keras_transformer_runtime.run_tokenizer import sentence_settings
 from keras_transformer_runtime.run_tokenizer import vocabulary_files
 from keras_transformer_runtime.search_defaults import model_positions
 from keras_transformer_runtime.search_defaults import run_ends_at_limit
@@ -417,11 +418,14 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
             tokenizer = load_run_tokenizer(run_directory)
         if source_language is not None or target_language is not None:
             tokenizer = tokenizer.with_languages(source_language, target_language)
-        return CompiledTranslator(program, weights, tokenizer, settings["max_length"], batch_size=batch_size,
-                                  beam_width=beam_width, n_best=n_best, cross_attention=setting["cross_attention"],
-                                  parallel_batches=parallel_batches,
-                                  fixed_shape_programs=FixedShapePrograms(cache, program_path, program),
-                                  refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])))
+        translator = CompiledTranslator(
+            program, weights, tokenizer, settings["max_length"], batch_size=batch_size, beam_width=beam_width,
+            n_best=n_best, cross_attention=setting["cross_attention"], parallel_batches=parallel_batches,
+            fixed_shape_programs=FixedShapePrograms(cache, program_path, program),
+            refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])))
+        for name, value in sentence_settings(run_directory).items():
+            setattr(translator, name, value)
+        return translator
 
 
 def refills_on_this_platform(beam_width, n_best=None):

@@ -49,6 +49,10 @@ class Hypothesis:
         attention: tuple of tuples of float, for each of `tokens` the
             cross-attention over the source's pieces
             (`Translation.source_tokens`) that the alignment read, or None.
+        segments: for a text translated sentence by sentence
+            (`documents.paragraphs`), one `(source start, source end,
+            target start, target end)` a sentence: its characters in the
+            source and in `text`; None for a text of one sentence.
 
     Example:
 
@@ -63,6 +67,7 @@ class Hypothesis:
     token_scores: tuple = ()
     alignment: tuple = None
     attention: tuple = None
+    segments: tuple = None
 
     def to_json(self, token_scores=True, attention=True):
         """A dict of plain values (`json.dumps` takes it).
@@ -74,7 +79,8 @@ class Hypothesis:
         Returns:
             `text`, `score`, `normalized_score`; the token fields if asked;
             `alignment` as `[i, j]` pairs when there is one; `attention`
-            if asked and there is one.
+            if asked and there is one; `segments` as `{"source": [start, end],
+            "target": [start, end]}` objects when there are some.
         """
         value = {"text": self.text, "score": self.score, "normalized_score": self.normalized_score}
         if token_scores:
@@ -83,6 +89,8 @@ class Hypothesis:
             value["alignment"] = [list(link) for link in self.alignment]
         if attention and self.attention is not None:
             value["attention"] = [list(row) for row in self.attention]
+        if self.segments is not None:
+            value["segments"] = [{"source": [a, b], "target": [c, d]} for a, b, c, d in self.segments]
         return value
 
 

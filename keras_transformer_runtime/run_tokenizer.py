@@ -23,6 +23,11 @@ from keras_transformer_runtime.run_files import VOCABULARY_FILE
 # Hugging Face config.
 NLLB_TOKENIZER_FILE = "tokenizer.json"
 NLLB_CONFIG_FILE = "nllb_config.json"
+# A run trained here: its `TrainConfig` (`keras_transformer.training.run_folder.CONFIG_FILE`).
+TRAIN_CONFIG_FILE = "config.json"
+# The language of the corpus that ships with the package (Spanish -> English), which a run trained on
+# it (`"corpus": null`) reads.
+EMBEDDED_CORPUS_SOURCE_LANGUAGE = "es"
 
 
 def is_nllb_run(run_directory):
@@ -127,3 +132,65 @@ def load_run_tokenizer(run_directory, source_language=None, target_language=None
     from keras_transformer_runtime.sentence_piece_tokenizer import SentencePieceTokenizer
 
     return SentencePieceTokenizer(os.path.join(run_directory, VOCABULARY_FILE))
+
+
+def sentence_settings(run_directory):
+    """How a run's translator splits texts: its `source_language` and `sentence_tokens` (`TextTranslator`'s).
+
+    A run trained here cuts sentences longer than
+    `documents.sentences.TRAINED_RUN_SENTENCE_TOKENS` at their clauses; an
+    imported run only those longer than its positions (None).
+
+    Example:
+
+    >>> import tempfile
+    >>> sentence_settings(tempfile.mkdtemp())
+    {'source_language': None, 'sentence_tokens': None}
+    """
+    from keras_transformer_runtime.documents.sentences import TRAINED_RUN_SENTENCE_TOKENS
+
+    return {"source_language": run_source_language(run_directory),
+            "sentence_tokens": TRAINED_RUN_SENTENCE_TOKENS if is_trained_here(run_directory) else None}
+
+
+def run_source_language(run_directory):
+    """The language a run trained here reads, as its config names it (`"de"`), or None when it names none.
+
+    A run trained on the embedded corpus reads Spanish. An imported run's
+    tokenizer knows its own (NLLB-200, M2M-100) or none (OPUS-MT).
+
+    Example:
+
+    >>> import tempfile
+    >>> run_source_language(tempfile.mkdtemp()) is None
+    True
+    """
+    config = _train_config(run_directory)
+    if config.get("source_language"):
+        return str(config["source_language"])
+    if "corpus" in config and config["corpus"] is None:
+        return EMBEDDED_CORPUS_SOURCE_LANGUAGE
+    return None
+
+
+def is_trained_here(run_directory):
+    """Whether a run folder was trained by this package (its `config.json` is a `TrainConfig`), not imported.
+
+    Example:
+
+    >>> import tempfile
+    >>> is_trained_here(tempfile.mkdtemp())
+    False
+    """
+    config = _train_config(run_directory)
+    return "corpus" in config and "preset" in config
+
+
+def _train_config(run_directory):
+    """A run's `config.json` as a dict; empty when it has none (or an unreadable one)."""
+    try:
+        with open(os.path.join(run_directory, TRAIN_CONFIG_FILE), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}

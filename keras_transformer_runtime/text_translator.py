@@ -10,6 +10,8 @@ runs the model (but a call of one batch, which `batch_cores` above 1
 splits into a batch a core). Imports NumPy only: no Keras, no TensorFlow.
 """
 
+import copy
+import dataclasses
 import itertools
 import warnings
 
@@ -21,12 +23,15 @@ from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
 from keras_transformer_runtime.batch_threads import in_order
 from keras_transformer_runtime.batch_threads import call_parts
+from keras_transformer_runtime.documents import paragraphs
+from keras_transformer_runtime.documents import sentences
 from keras_transformer_runtime.hypotheses import Hypothesis
 from keras_transformer_runtime.hypotheses import Translation
 from keras_transformer_runtime.special_tokens import END_ID
 from keras_transformer_runtime.special_tokens import PAD_ID
 from keras_transformer_runtime.special_tokens import UNK_ID
-from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
+from keras_transformer_runtime.input_texts import checked_texts as _checked_texts
+from keras_transformer_runtime.input_texts import warn_about_unknown_characters
 
 # With a compiled loop, sources are padded to this many tokens, or to a
 # power of two above it (at most the model's max_length), so a stream of
@@ -102,6 +107,11 @@ class TextTranslator:
     # The cores a call of one batch's sentences is split over (`batch_threads.parts_a_core`); 1: not split.
     batch_cores = 1
     queue_size = None  # the sentences of a queue, where the engine refills rows (`batch_threads.queue_parts`)
+    # The language a run reads ("es"; `run_tokenizer.run_source_language`), whose rules split its sentences;
+    # an NLLB-200 or M2M-100 tokenizer's own source language comes first. None: the segmenter's fallback rules.
+    source_language = None
+    # A sentence longer than this many tokens is cut at its clauses; None: longer than `max_length`.
+    sentence_tokens = None
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -127,7 +137,7 @@ class TextTranslator:
             found[i].append(f"{count} of {total} characters are unknown to the vocabulary, so the translation "
                             "is a guess")
         if warn:
-            _warn_about_unknown_characters([(texts[i], count, total) for i, count, total in unknown])
+            warn_about_unknown_characters([(texts[i], count, total) for i, count, total in unknown])
             too_long = sum(len(row) > self.max_length for row in ids)
             if too_long:
                 warnings.warn(f"{too_long} of {len(ids)} inputs are longer than max_length={self.max_length} "
@@ -213,11 +223,16 @@ class TextTranslator:
         texts = self.tokenizer.detokenize(rows) if rows else []
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
 
-    def __call__(self, texts, progress=None, warn=True):
+    def __call__(self, texts, progress=None, warn=True, split_sentences=True):
         """Translates `texts` (a string, bytes or a list of them).
 
-        More than `batch_size` texts are decoded in batches of similar
-        lengths; the translations come back in input order.
+        Each text is split into its sentences, which are translated
+        together with every other text's and put back with the text's own
+        whitespace and line breaks (`documents.paragraphs`); a sentence
+        longer than `sentence_tokens` (else `max_length`) tokens is cut at
+        its clauses. More than `batch_size` sentences are decoded in
+        batches of similar lengths; the translations come back in input
+        order.
 
         Args:
             texts: a string, bytes, or a list of them.
@@ -226,6 +241,9 @@ class TextTranslator:
             warn: bool, say what was truncated or replaced, or mostly
                 unknown, in a `UserWarning` a kind for the call (what the
                 command line prints). Defaults to True.
+            split_sentences: bool, translate each sentence on its own (the
+                default); False hands each text to the model whole, cut
+                to `max_length` tokens.
 
         Returns:
             A list of translations (a single string for a single input; an
@@ -236,13 +254,26 @@ class TextTranslator:
                 them.
         """
         single, texts, _ = _checked_texts(texts, warn)
+        split = self.split_texts(texts) if split_sentences else None
+        lines = texts if split is None else paragraphs.units(split)
         outputs, _ = self._in_batches(
-            texts, lambda source, count: self._detokenize(self._decode(source)[:count]), progress, warn
+            lines, lambda source, count: self._detokenize(self._decode(source)[:count]),
+            paragraphs.progress_over_texts(progress, len(texts), len(lines)), warn
         )
         outputs = ["" if output is None else output for output in outputs]
+        outputs = outputs if split is None else paragraphs.join_texts(split, outputs)
         return outputs[0] if single else outputs
 
-    def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER, warn=True):
+    def split_texts(self, texts):
+        """Each of `texts` (a list of str) as a `documents.paragraphs.SplitText`: its sentences, split by the
+        rules of the run's source language, one longer than `sentence_tokens` tokens cut at its clauses."""
+        language = sentences.splitting_language(getattr(self.tokenizer, "source_language", None)
+                                                or self.source_language)
+        limit = min(self.sentence_tokens or self.max_length, self.max_length)
+        return paragraphs.split_texts(texts, language, sentences.within_tokens(self.tokenizer, limit))
+
+    def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER, warn=True,
+               split_sentences=True):
         """The `n` best translations of each of `texts`, with their scores (`hypotheses.Translation`).
 
         The first hypothesis of each is what calling the translator gives
@@ -251,6 +282,10 @@ class TextTranslator:
         `keras_transformer.decoding.n_best`). Each translation carries the
         warnings about its own source (`Translation.warnings`: truncated,
         mostly unknown, lone surrogates replaced), whatever `warn` says.
+        A text of several sentences gets one `Translation` whose
+        hypotheses join its sentences' (`documents.paragraphs` says how
+        scores, tokens and alignments combine, and `Hypothesis.segments`
+        where each sentence went).
 
         Args:
             texts: a string, bytes, or a list of them.
@@ -267,6 +302,7 @@ class TextTranslator:
                 for the call, as when calling the translator. Defaults to
                 True; a server, which answers each sentence's warnings with
                 it, passes False and leaves Python's warnings alone.
+            split_sentences: bool, as when calling the translator.
 
         Returns:
             A list of `Translation`s (a single one for a single input).
@@ -287,14 +323,21 @@ class TextTranslator:
             n_best = self._decode_n_best(source, int(n), cross_attention=bool(alignments))
             return self._hypotheses(n_best, count, source if alignments else None, alignment_layer)
 
-        outputs, found = self._in_batches(texts, translate_batch, progress, warn)
+        split = self.split_texts(texts) if split_sentences else None
+        lines = texts if split is None else paragraphs.units(split)
+        outputs, found = self._in_batches(
+            lines, translate_batch, paragraphs.progress_over_texts(progress, len(texts), len(lines)), warn)
         translations = []
-        for text, (source_tokens, hypotheses), before, after in zip(
-                texts, (output or (None, None) for output in outputs), replaced, found):
+        for line, (source_tokens, hypotheses), warned in zip(
+                lines, (output or (None, None) for output in outputs), found):
             if hypotheses is None:  # a blank text
                 source_tokens = () if alignments else None
                 hypotheses = [Hypothesis("", 0.0, 0.0, **({"alignment": (), "attention": ()} if alignments else {}))]
-            translations.append(Translation(text, tuple(hypotheses), source_tokens, before + after))
+            translations.append(Translation(line, tuple(hypotheses), source_tokens, warned))
+        if split is not None:
+            translations = paragraphs.join_translations(split, translations, alignments)
+        translations = [dataclasses.replace(translation, warnings=before + translation.warnings)
+                        for translation, before in zip(translations, replaced)]
         return translations[0] if single else translations
 
     @property
@@ -308,8 +351,6 @@ class TextTranslator:
         Raises:
             UserInputError: the tokenizer has no such languages (close codes named).
         """
-        import copy
-
         copied = copy.copy(self)
         copied.tokenizer = self.tokenizer.with_languages(source_language, target_language)
         return copied
@@ -397,47 +438,6 @@ class TextTranslator:
 
     def _decode(self, source):
         raise NotImplementedError(f"{type(self).__name__} must define _decode(source) -> generated ids.")
-
-
-def _checked_texts(texts, warn=True):
-    """`(single, texts, replaced)`: whether one text was given, the texts as a list of `str`, and each one's
-    warning about lone surrogates replaced (see `TextTranslator`); with `warn`, also one `UserWarning`.
-
-    `sentencepiece` refuses lone surrogates with a TypeError; Python makes them
-    of bytes that are not UTF-8 on a command line (`surrogateescape`).
-    """
-    single = isinstance(texts, (str, bytes))
-    if not single and (texts is None or isinstance(texts, dict) or not hasattr(texts, "__iter__")):
-        raise TypeError(
-            f"texts must be a string, bytes or a list of them, got {type(texts).__name__}."
-        )
-    texts = [texts] if single else list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, (str, bytes)):
-            raise TypeError(
-                f"texts must be a string, bytes or a list of them, but texts[{i}] is "
-                f"{type(text).__name__} ({text!r:.40})."
-            )
-    texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in texts]
-    texts, counts = zip(*map(replace_lone_surrogates, texts)) if texts else ((), ())
-    replaced = [(f"held {count} lone surrogate{'s' if count > 1 else ''} (bytes that are not UTF-8); each replaced "
-                 "by U+FFFD",) if count else () for count in counts]
-    held = sum(count > 0 for count in counts)
-    if warn and held:
-        warnings.warn(f"{held} of {len(texts)} inputs held bytes that are not UTF-8 (lone surrogates); "
-                      "they were replaced by U+FFFD.", UserWarning, stacklevel=3)
-    return single, list(texts), replaced
-
-
-def _warn_about_unknown_characters(unknown, shown=3):
-    """One `UserWarning` naming the first `shown` of `unknown`'s `(text, unknown, characters)`, if any."""
-    if not unknown:
-        return
-    named = [f"{text[:40]!r}{'...' if len(text) > 40 else ''}: {count} of {total} characters ({count / total:.0%})"
-             for text, count, total in unknown[:shown]]
-    more = f"; and {len(unknown) - shown} more inputs" if len(unknown) > shown else ""
-    warnings.warn("mostly unknown to the vocabulary, so the translation is a guess: " + "; ".join(named) + more
-                  + ".", UserWarning, stacklevel=5)
 
 
 def next_bucket(size, smallest):

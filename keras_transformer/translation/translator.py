@@ -199,6 +199,7 @@ class Translator(TextTranslator):
         from keras_transformer import model_file
         from keras_transformer_runtime.run_files import MODEL_FILE
         from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
+        from keras_transformer_runtime.run_tokenizer import sentence_settings
         from keras_transformer_runtime.run_tokenizer import vocabulary_files
         from keras_transformer_runtime.search_defaults import run_ends_at_limit
 
@@ -226,7 +227,10 @@ class Translator(TextTranslator):
             tokenizer = load_run_tokenizer(directory, source_language, target_language)
         except ValueError as error:
             raise ValueError(f"{vocabulary_path!r}: {error}") from error
-        return cls(model, tokenizer, **kwargs)
+        translator = cls(model, tokenizer, **kwargs)
+        for name, value in sentence_settings(directory).items():
+            setattr(translator, name, value)
+        return translator
 
     def _decode(self, source):
         if self.beam_width == 1:
