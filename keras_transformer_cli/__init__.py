@@ -31,6 +31,7 @@ from keras_transformer_cli.arguments import add_corpus_arguments
 from keras_transformer_cli.arguments import add_decoding_arguments
 from keras_transformer_cli.arguments import add_engine_argument
 from keras_transformer_cli.arguments import add_search_arguments
+from keras_transformer_cli.arguments import add_sentence_arguments
 from keras_transformer_cli.arguments import add_train_arguments
 from keras_transformer_cli.arguments import batch_size_value
 from keras_transformer_cli.arguments import BEAM_WIDTH
@@ -105,6 +106,7 @@ def build_parser():
     translate.add_argument("--source-language", metavar="CODE", help=SOURCE_LANGUAGE_HELP)
     translate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     add_attention_arguments(translate)
+    add_sentence_arguments(translate)
     add_engine_argument(translate)
     translate.add_argument("--invalid-input", choices=("skip", "replace"), default="skip",
                            help="a line that is not UTF-8 or holds a NUL byte: skip it (an empty output line, "
@@ -120,6 +122,7 @@ def build_parser():
     add_decoding_arguments(evaluate)
     evaluate.add_argument("--limit", type=positive_int, help="score only the first N sentences (default: all)")
     add_engine_argument(evaluate)
+    add_sentence_arguments(evaluate)
     evaluate.add_argument("--source-language", metavar="CODE", help=SOURCE_LANGUAGE_HELP)
     evaluate.add_argument("--target-language", metavar="CODE", help=TARGET_LANGUAGE_HELP)
     evaluate.add_argument("--quantize", choices=KERAS_QUANTIZATIONS, help=QUANTIZE_HELP)

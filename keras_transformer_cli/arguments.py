@@ -25,6 +25,8 @@ LORA_LEARNING_RATE = 1e-2
 LORA_TARGETS = ("query", "value", "embeddings")
 # keras_transformer.lora.TARGETS (a test checks they agree).
 LORA_TARGET_NAMES = ("query", "key", "value", "output", "embeddings")
+# keras_transformer_runtime.documents.sentences.TRAINED_RUN_SENTENCE_TOKENS (a test checks they agree).
+TRAINED_RUN_SENTENCE_TOKENS = 32
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the weights' "
@@ -289,6 +291,16 @@ def add_attention_arguments(parser):
     parser.add_argument("--attention-map", metavar="FILE.png",
                         help="draw the translation's cross-attention as a heatmap, source words against target "
                              "words, to FILE.png (one sentence given as an argument; needs matplotlib)")
+
+
+def add_sentence_arguments(parser):
+    """The flags that say how a text is split into the sentences the model translates (docs/documents.md)."""
+    parser.add_argument("--no-sentence-splitting", dest="split_sentences", action="store_false", default=True,
+                        help="hand each input to the model whole, cut to its positions; by default each input is "
+                             "split into sentences, translated together and put back with its own whitespace")
+    parser.add_argument("--sentence-tokens", type=positive_int, metavar="N",
+                        help=f"cut a sentence longer than N tokens at its clauses (default: {TRAINED_RUN_SENTENCE_TOKENS} "
+                             "for a run trained here; the model's positions for an imported run)")
 
 
 SEARCH_DEFAULTS_HELP = ("a run trained here: kept, beam 4, 0.6, the 3-gram guard; a run imported from Hugging Face: "

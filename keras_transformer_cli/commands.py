@@ -106,9 +106,10 @@ def translate(args, out):
             given = [text for text in texts if text is not None]
             given = given if language_codes is None else with_target_language(given, language_codes,
                                                                               args.target_language)
+            split = None if args.split_sentences else False  # None: the translator's own default
             translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
-                                                  alignment_layer=args.alignment_layer)
-                                if scored else translator(given))
+                                                  alignment_layer=args.alignment_layer, split_sentences=split)
+                                if scored else translator(given, split_sentences=split))
         for (number, _), text in zip(batch, texts):
             translation = None if text is None else next(translations)
             if args.attention_map and translation is not None:

@@ -26,6 +26,27 @@ def translator(args):
     from keras_transformer_cli.search_flags import apply_search_defaults
 
     apply_search_defaults(args)
+    return with_sentence_flags(_engine(args), args)
+
+
+def with_sentence_flags(translator, args):
+    """`translator` splitting texts as `--no-sentence-splitting` and `--sentence-tokens` say (left out: the run's).
+
+    Example:
+
+    >>> import argparse, types
+    >>> with_sentence_flags(types.SimpleNamespace(), argparse.Namespace(split_sentences=False)).split_sentences
+    False
+    """
+    if not getattr(args, "split_sentences", True):
+        translator.split_sentences = False
+    if getattr(args, "sentence_tokens", None) is not None:
+        translator.sentence_tokens = args.sentence_tokens
+    return translator
+
+
+def _engine(args):
+    """The translator of `--engine`, its search flags applied."""
     languages = run_languages(args)
     if getattr(args, "engine", "keras") == "compiled":
         try:

@@ -107,8 +107,8 @@ class TextTranslator:
     # The cores a call of one batch's sentences is split over (`batch_threads.parts_a_core`); 1: not split.
     batch_cores = 1
     queue_size = None  # the sentences of a queue, where the engine refills rows (`batch_threads.queue_parts`)
-    # The language a run reads ("es"; `run_tokenizer.run_source_language`), whose rules split its sentences;
-    # an NLLB-200 or M2M-100 tokenizer's own source language comes first. None: the segmenter's fallback rules.
+    split_sentences = True  # a call's default: translate each sentence of a text on its own
+    # The language whose rules split a run's sentences (an NLLB-200 tokenizer's own first; None: fallback rules).
     source_language = None
     # A sentence longer than this many tokens is cut at its clauses; None: longer than `max_length`.
     sentence_tokens = None
@@ -223,7 +223,7 @@ class TextTranslator:
         texts = self.tokenizer.detokenize(rows) if rows else []
         return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
 
-    def __call__(self, texts, progress=None, warn=True, split_sentences=True):
+    def __call__(self, texts, progress=None, warn=True, split_sentences=None):
         """Translates `texts` (a string, bytes or a list of them).
 
         Each text is split into its sentences, which are translated
@@ -241,9 +241,8 @@ class TextTranslator:
             warn: bool, say what was truncated or replaced, or mostly
                 unknown, in a `UserWarning` a kind for the call (what the
                 command line prints). Defaults to True.
-            split_sentences: bool, translate each sentence on its own (the
-                default); False hands each text to the model whole, cut
-                to `max_length` tokens.
+            split_sentences: bool, translate each sentence on its own; False hands
+                each text to the model whole. Defaults to `self.split_sentences`.
 
         Returns:
             A list of translations (a single string for a single input; an
@@ -254,8 +253,7 @@ class TextTranslator:
                 them.
         """
         single, texts, _ = _checked_texts(texts, warn)
-        split = self.split_texts(texts) if split_sentences else None
-        lines = texts if split is None else paragraphs.units(split)
+        split, lines = self._split(texts, split_sentences)
         outputs, _ = self._in_batches(
             lines, lambda source, count: self._detokenize(self._decode(source)[:count]),
             paragraphs.progress_over_texts(progress, len(texts), len(lines)), warn
@@ -263,6 +261,12 @@ class TextTranslator:
         outputs = ["" if output is None else output for output in outputs]
         outputs = outputs if split is None else paragraphs.join_texts(split, outputs)
         return outputs[0] if single else outputs
+
+    def _split(self, texts, split_sentences):
+        """`(split, lines)`: `texts`' `split_texts` and their units, or `(None, texts)` when not splitting."""
+        splits = self.split_sentences if split_sentences is None else split_sentences
+        split = self.split_texts(texts) if splits else None
+        return split, texts if split is None else paragraphs.units(split)
 
     def split_texts(self, texts):
         """Each of `texts` (a list of str) as a `documents.paragraphs.SplitText`: its sentences, split by the
@@ -273,7 +277,7 @@ class TextTranslator:
         return paragraphs.split_texts(texts, language, sentences.within_tokens(self.tokenizer, limit))
 
     def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER, warn=True,
-               split_sentences=True):
+               split_sentences=None):
         """The `n` best translations of each of `texts`, with their scores (`hypotheses.Translation`).
 
         The first hypothesis of each is what calling the translator gives
@@ -282,10 +286,8 @@ class TextTranslator:
         `keras_transformer.decoding.n_best`). Each translation carries the
         warnings about its own source (`Translation.warnings`: truncated,
         mostly unknown, lone surrogates replaced), whatever `warn` says.
-        A text of several sentences gets one `Translation` whose
-        hypotheses join its sentences' (`documents.paragraphs` says how
-        scores, tokens and alignments combine, and `Hypothesis.segments`
-        where each sentence went).
+        A text of several sentences gets one `Translation` joining its sentences'
+        hypotheses (`documents.paragraphs` says how; `Hypothesis.segments`).
 
         Args:
             texts: a string, bytes, or a list of them.
@@ -298,10 +300,9 @@ class TextTranslator:
             alignment_layer: the decoder layer the alignments read: an
                 index (negative from the last) or `"mean"` (of all).
                 Defaults to `alignment.ALIGNMENT_LAYER`.
-            warn: bool, also say those warnings in a `UserWarning` a kind
-                for the call, as when calling the translator. Defaults to
-                True; a server, which answers each sentence's warnings with
-                it, passes False and leaves Python's warnings alone.
+            warn: bool, also say those warnings in a `UserWarning` a kind for the call, as when
+                calling the translator. Defaults to True; a server, which answers each sentence's
+                warnings with it, passes False and leaves Python's warnings alone.
             split_sentences: bool, as when calling the translator.
 
         Returns:
@@ -323,8 +324,7 @@ class TextTranslator:
             n_best = self._decode_n_best(source, int(n), cross_attention=bool(alignments))
             return self._hypotheses(n_best, count, source if alignments else None, alignment_layer)
 
-        split = self.split_texts(texts) if split_sentences else None
-        lines = texts if split is None else paragraphs.units(split)
+        split, lines = self._split(texts, split_sentences)
         outputs, found = self._in_batches(
             lines, translate_batch, paragraphs.progress_over_texts(progress, len(texts), len(lines)), warn)
         translations = []

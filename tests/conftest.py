@@ -108,6 +108,15 @@ def _fresh_keras_state():
 
 
 @pytest.fixture
+def whole_inputs(monkeypatch):
+    """Translators hand each input to the model whole (`TextTranslator.split_sentences` False), as transformers'
+    `generate` does: for the tests that hold a translation to generate's for the same input."""
+    from keras_transformer_runtime.text_translator import TextTranslator
+
+    monkeypatch.setattr(TextTranslator, "split_sentences", False)
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(0)
 

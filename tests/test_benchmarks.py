@@ -567,3 +567,21 @@ def test_search_steps_splits_the_gap_to_ctranslate2_into_steps_and_the_cost_of_o
     assert "| row-steps, engine / CTranslate2 |" in table and "| 4 | pooled, early stopping | 6 |" in table
     assert len(json.loads((tmp_path / "results.json").read_text())) == 3
     assert doctest.testmod(search_steps).failed == 0
+
+
+@pytest.mark.benchmark_scripts
+def test_the_documents_benchmark_scores_paragraphs_three_ways_and_each_sentence_limit(trained_run):
+    import doctest
+
+    from benchmarks import documents
+    from keras_transformer.translation.translator import Translator
+
+    translator = Translator.from_directory(str(trained_run), beam_width=1, max_new_tokens=8)
+    own = translator.sentence_tokens
+    rows = documents.measure(translator, ["test"], [1, 3], sentence_tokens=(None, 8), limit=9, log=lambda row: None)
+    assert [(row["verses"], row["mode"], row["sentence_tokens"]) for row in rows] == [
+        (1, "whole", None), (1, "sentences", own), (1, "sentences", 8),
+        (3, "verse by verse", None), (3, "whole", None), (3, "sentences", own), (3, "sentences", 8)]
+    assert all(row["paragraphs"] == 9 // row["verses"] and row["length_ratio"] > 0 for row in rows)
+    assert own == 32 and translator.sentence_tokens == own  # a run trained here's, given back
+    assert doctest.testmod(documents).failed == 0

@@ -166,3 +166,10 @@ def test_an_n_best_list_of_a_paragraph_joins_its_sentences_hypotheses():
     assert joined.warnings == ("sentence 2: mostly unknown",)
     assert best.to_json()["segments"] == [{"source": [0, 11], "target": [0, 13]},
                                           {"source": [12, 18], "target": [14, 21]}]
+
+
+def test_the_command_lines_sentence_default_is_the_packages():
+    from keras_transformer_cli import arguments
+    from keras_transformer_runtime.documents.sentences import TRAINED_RUN_SENTENCE_TOKENS
+
+    assert arguments.TRAINED_RUN_SENTENCE_TOKENS == TRAINED_RUN_SENTENCE_TOKENS

@@ -124,7 +124,9 @@ def test_a_run_logs_dev_bleu_each_epoch_keeps_its_best_and_draws_the_curve(tmp_p
     assert summary["dev_bleu"] == max(record["scores"].values()) == record["best"]["dev_bleu"]
     # The kept model, reloaded from model.keras, gives the score it was kept for.
     pairs = ParallelCorpus.from_config({"corpus": FIXTURE}).read()["dev"][:6]
-    rescored = evaluate_pairs(Translator.from_directory(str(output), beam_width=1), pairs, verbose=0)
+    scorer = Translator.from_directory(str(output), beam_width=1)
+    scorer.split_sentences = False  # as the dev scorer: whole verses
+    rescored = evaluate_pairs(scorer, pairs, verbose=0)
     assert rescored["bleu"] == pytest.approx(summary["dev_bleu"])
     assert (output / run_folder.LEARNING_CURVE_FILE).stat().st_size > 0
     assert len(model_selection.checkpoint_paths(str(output))) == 2

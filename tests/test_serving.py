@@ -195,13 +195,34 @@ def test_the_server_answers_translate_jsonl_fields_cut_to_n_best_with_each_sente
         response = client.post("/v1/translate", json={"text": texts, "n_best": 2, "token_scores": True})
         assert response.status_code == 200, response.text
         answer = response.json()
+        whole = client.post("/v1/translate", json={"text": texts[2], "sentence_splitting": False}).json()
     assert answer["model"] == "es-en"
     first, blank, long = answer["translations"]
     assert [h["text"] for h in first["hypotheses"]] == ["ogima aloh", "ogima aloh!"]
     assert first["source"] == "hola amigo" and "warnings" not in first
     assert set(first["hypotheses"][0]) == {"text", "score", "normalized_score", "tokens", "token_scores"}
     assert [h["text"] for h in blank["hypotheses"]] == [""] and "warnings" not in blank
-    assert long["warnings"] == ["longer than max_length=16 tokens (36); truncated"]
+    assert long["warnings"] == ["1 sentence longer than the model takes was cut at clause boundaries and "
+                                "translated in pieces"]
+    assert whole["translations"][0]["warnings"] == ["longer than max_length=16 tokens (36); truncated"]
+
+
+def test_a_paragraph_is_answered_as_one_translation_of_its_sentences_with_their_segments():
+    with _client({"es-en": _served(_Reverser())}) as client:
+        _wait_ready(client)
+        paragraph = "Hola amigo.  Adios.\nSi."
+        answer = client.post("/v1/translate", json={"text": [paragraph, "uno"]}).json()["translations"]
+        whole = client.post("/v1/translate", json={"text": paragraph, "sentence_splitting": False}).json()
+        refused = client.post("/v1/translate", json={"text": paragraph, "sentence_splitting": "no"})
+    best = answer[0]["hypotheses"][0]
+    assert answer[0]["source"] == paragraph and best["text"] == ".ogima aloH  .soidA\n.iS"
+    assert [paragraph[a:b] for a, b in (segment["source"] for segment in best["segments"])] == [
+        "Hola amigo.", "Adios.", "Si."]
+    assert [best["text"][a:b] for a, b in (segment["target"] for segment in best["segments"])] == [
+        ".ogima aloH", ".soidA", ".iS"]
+    assert answer[1]["hypotheses"][0]["text"] == "onu" and "segments" not in answer[1]["hypotheses"][0]
+    assert whole["translations"][0]["hypotheses"][0]["text"] == paragraph[:16][::-1]  # whole, cut to its positions
+    assert refused.status_code == 400 and "true or false" in refused.json()["error"]
 
 
 def test_tensorflow_serving_clients_get_the_best_translation_in_rows_or_columns():
@@ -261,7 +282,8 @@ def test_each_sentences_warnings_come_in_its_answer_and_none_through_pythons_war
     assert unknown["warnings"] == ["5 of 5 characters are unknown to the vocabulary, so the translation is a guess"]
     assert "warnings" not in plain
     assert surrogate_and_long["warnings"] == ["held lone surrogates (\\ud800-\\udfff escapes); replaced by U+FFFD",
-                                              "longer than max_length=16 tokens (21); truncated"]
+                                              "1 sentence longer than the model takes was cut at clause boundaries "
+                                              "and translated in pieces"]
     assert predicted.json()["predictions"][1] == "aloh"
     assert not [warning for warning in caught if issubclass(warning.category, UserWarning)], caught
 
@@ -330,7 +352,8 @@ def test_the_openapi_description_covers_every_route_and_field():
     assert set(document["paths"]) == routes
     translate = document["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(translate["properties"]) == {"model", "text", "beam", "n_best", "max_new_tokens", "alignments",
-                                            "attention_weights", "token_scores", "target_language", "source_language"}
+                                            "attention_weights", "token_scores", "target_language", "source_language",
+                                            "sentence_splitting"}
 
 
 def _json_values():

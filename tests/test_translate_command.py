@@ -234,7 +234,7 @@ def test_bad_lines_are_reported_and_skipped_and_every_good_line_is_translated_in
     assert lines[1] == "" and lines[3] == ""
     assert "line 2: not UTF-8 at byte 1 (0xff); skipped" in stderr
     assert "line 4: a NUL byte at byte 4; skipped" in stderr
-    assert "longer than max_length" in stderr  # line 5, 100,000 characters: truncated, translated
+    assert lines[4]  # line 5, 100,000 characters with no sentence end: cut at its spaces and translated
 
     replaced = _run(_command("translate", "--invalid-input", "replace", "--model", str(trained_run)), cache,
                     stdin=b"Y dijo Dios\n\xff\xfe x\n")
@@ -344,11 +344,15 @@ def test_jsonl_gives_each_line_its_own_warnings_and_stderr_the_batchs_as_before(
         assert commands.translate(args, out) == 0
     plain, long, unknown = map(json.loads, out.getvalue().splitlines())
     assert "warnings" not in plain
-    assert long["warnings"] == [f"longer than max_length=24 tokens ({tokens}); truncated"]
+    assert tokens > 24 and long["warnings"] == ["1 sentence longer than the model takes was cut at clause boundaries "
+                                                "and translated in pieces"]
     assert unknown["warnings"] == ["5 of 5 characters are unknown to the vocabulary, so the translation is a guess"]
     assert [str(warning.message) for warning in said if issubclass(warning.category, UserWarning)] == [
-        "mostly unknown to the vocabulary, so the translation is a guess: '我爱你中国': 5 of 5 characters (100%).",
-        "1 of 3 inputs are longer than max_length=24 tokens and were truncated."]
+        "mostly unknown to the vocabulary, so the translation is a guess: '我爱你中国': 5 of 5 characters (100%)."]
+    whole = io.StringIO()
+    commands.translate(build_parser().parse_args(["translate", "--model", "unused", "--format", "jsonl",
+                                                  "--no-sentence-splitting", texts[1]]), whole)
+    assert json.loads(whole.getvalue())["warnings"] == [f"longer than max_length=24 tokens ({tokens}); truncated"]
 
 
 def test_each_lone_surrogate_becomes_one_replacement_character_and_its_translation_says_so(front_end):
@@ -368,7 +372,7 @@ def test_warn_false_keeps_pythons_warnings_quiet_and_gives_each_translation_its_
         warnings.simplefilter("error")
         quiet = front_end.n_best(texts, 1, warn=False)
         front_end(texts, warn=False)
-    assert len([warning for warning in said if issubclass(warning.category, UserWarning)]) == 3
+    assert len([warning for warning in said if issubclass(warning.category, UserWarning)]) == 2  # unknown, surrogate
     assert [translation.warnings for translation in quiet] == [translation.warnings for translation in told]
     assert [len(translation.warnings) for translation in quiet] == [1, 1, 1, 0, 0]
 

@@ -34,10 +34,10 @@ def test_empty_strings_translate_to_empty_and_do_not_disturb_the_batch(translato
     assert outputs[1::2] == translator(SENTENCES)
 
 
-def test_inputs_beyond_max_length_are_truncated_with_a_warning(translator):
+def test_inputs_handed_whole_beyond_max_length_are_truncated_with_a_warning(translator):
     long_text = " ".join([SENTENCES[0]] * 20)
     with pytest.warns(UserWarning, match="truncated"):
-        outputs = translator([long_text, SENTENCES[1]])
+        outputs = translator([long_text, SENTENCES[1]], split_sentences=False)
     assert isinstance(outputs[0], str) and outputs[1] == translator(SENTENCES[1])
 
 
@@ -118,9 +118,9 @@ MORE_SENTENCES = [
 def test_a_call_of_several_batches_translates_each_sentence_as_alone_in_input_order(run_dir, translator):
     batched = Translator.from_directory(str(run_dir), max_new_tokens=6, batch_size=2)
     reported = []
-    outputs = batched(["", *MORE_SENTENCES], progress=reported.append)
+    outputs = batched(["", *MORE_SENTENCES], progress=reported.append, split_sentences=False)
     assert outputs[0] == ""
-    assert outputs[1:] == [translator(text) for text in MORE_SENTENCES]
+    assert outputs[1:] == [translator(text, split_sentences=False) for text in MORE_SENTENCES]
     assert sum(reported) == len(MORE_SENTENCES) + 1 and len(reported) == 4  # the empty one, then 3 batches
 
 

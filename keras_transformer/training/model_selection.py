@@ -87,6 +87,9 @@ class DevBleu(keras.callbacks.Callback):
 
         if self._translator is None:
             self._translator = Translator(self.model, self.tokenizer, beam_width=1, jit_compile=self.jit_compile)
+            # Weights are compared on the dev pairs as they were trained (whole verses), in the batch shapes
+            # compiled ahead from them.
+            self._translator.split_sentences = False
         return self._translator
 
     def score(self, verbose=0):

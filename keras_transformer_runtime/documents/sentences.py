@@ -74,7 +74,9 @@ def sentence_spans(text, language=FALLBACK_LANGUAGE):
         A list of `(start, end)` int pairs, in order, with `text[start:end]`
         a sentence that neither starts nor ends with whitespace; empty for
         a blank text. What lies between two spans is whitespace only, or
-        nothing (sentences of a script written without spaces).
+        nothing (sentences of a script written without spaces). A piece
+        without a letter or a digit (an emoji, a lone mark) stays with the
+        sentence before it (the first sentence, when it opens the text).
 
     Example:
 
@@ -85,7 +87,13 @@ def sentence_spans(text, language=FALLBACK_LANGUAGE):
     spans = []
     for segment in sentencex.get_sentence_boundaries(language, text):
         start, end = _stripped(text, segment["start_index"], segment["end_index"])
-        if start < end:
+        if start >= end:
+            continue
+        if spans and not any(character.isalnum() for character in text[start:end]):
+            spans[-1] = (spans[-1][0], end)  # an emoji or a mark after a sentence belongs to it
+        elif len(spans) == 1 and not any(character.isalnum() for character in text[slice(*spans[0])]):
+            spans[0] = (spans[0][0], end)  # and one before the first sentence to that
+        else:
             spans.append((start, end))
     return spans
 

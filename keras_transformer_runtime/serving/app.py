@@ -209,7 +209,8 @@ async def _translate(request, state):
         parsed = parse_translate(await _body(request, state.limits.max_body_bytes), state.models,
                                  state.limits.max_texts)
         model = parsed.model
-        setting = Setting(parsed.beam, parsed.alignments, parsed.languages, parsed.max_new_tokens)
+        setting = Setting(parsed.beam, parsed.alignments, parsed.languages, parsed.max_new_tokens,
+                          parsed.split_sentences)
         results = await _translations(state, parsed.model, setting, parsed.texts)
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))

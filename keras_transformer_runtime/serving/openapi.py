@@ -20,6 +20,7 @@ _FIELD_SCHEMAS = {
     "token_scores": {"type": "boolean", "default": False},
     "target_language": {"type": "string"},
     "source_language": {"type": "string"},
+    "sentence_splitting": {"type": "boolean", "default": True},
 }
 _HYPOTHESIS = {"type": "object", "required": ["text", "score", "normalized_score"], "properties": {
     "text": {"type": "string"},
@@ -30,6 +31,11 @@ _HYPOTHESIS = {"type": "object", "required": ["text", "score", "normalized_score
     "alignment": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}},
                   "description": "[source word, target word] pairs, from 0"},
     "attention": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+    "segments": {"type": "array", "items": {"type": "object", "properties": {
+        "source": {"type": "array", "items": {"type": "integer"}},
+        "target": {"type": "array", "items": {"type": "integer"}}}},
+        "description": "a text of several sentences: each sentence's [start, end) characters in the source and "
+                       "in the hypothesis' text"},
 }}
 _TRANSLATION = {"type": "object", "required": ["source", "hypotheses"], "properties": {
     "source": {"type": "string"},

@@ -31,6 +31,8 @@ TRANSLATE_FIELDS = {
                        "no code of its own; an NLLB-200 model's: `eng_Latn`); such a model refuses a sentence "
                        "without one",
     "source_language": "an NLLB-200 model's source language (`spa_Latn`), needed with `target_language`",
+    "sentence_splitting": "split each text into sentences, translate them together and put them back with the "
+                          "text's own whitespace (default true); false hands each text to the model whole",
 }
 SIGNATURE_NAME = "serving_default"
 SIGNATURE_INPUT = "texts"
@@ -65,6 +67,7 @@ class TranslateRequest:
     text_warnings: tuple = ()
     languages: tuple = ()
     max_new_tokens: object = None
+    split_sentences: bool = True
 
 
 def json_body(body):
@@ -129,6 +132,7 @@ def parse_translate(body, models, max_texts):
                                 f"{model!r} (serve --max-new-tokens)")
     flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
     flags["alignments"] = flags["alignments"] or flags["attention_weights"]
+    flags["split_sentences"] = _boolean(value, "sentence_splitting", True)
     source_language, target_language = (value.get(f"{side}_language") for side in ("source", "target"))
     for side, language in (("source", source_language), ("target", target_language)):
         if language is not None and not isinstance(language, str):
@@ -282,8 +286,8 @@ def _integer(value, name, default):
     return number
 
 
-def _boolean(value, name):
-    flag = value.get(name, False)
+def _boolean(value, name, default=False):
+    flag = value.get(name, default)
     if not isinstance(flag, bool):
         raise RequestError(400, f"{name!r} must be true or false, not {_json_type(flag)}")
     return flag

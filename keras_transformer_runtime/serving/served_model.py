@@ -20,7 +20,7 @@ class Setting:
     Example:
 
     >>> Setting(4, alignments=True)
-    Setting(beam=4, alignments=True, languages=(), max_new_tokens=None)
+    Setting(beam=4, alignments=True, languages=(), max_new_tokens=None, split_sentences=True)
     """
 
     beam: int
@@ -29,6 +29,8 @@ class Setting:
     languages: tuple = ()
     # The longest translation in tokens; None: the run's own limit.
     max_new_tokens: object = None
+    # Each text split into sentences and put back (`documents.paragraphs`), or handed to the model whole.
+    split_sentences: bool = True
 
 
 def model_name(argument):
@@ -142,7 +144,8 @@ class ServedModel:
         the batch, not the request): each sentence's warnings come on its
         `Translation` instead.
         """
-        translator = self._translators[dataclasses.replace(setting, languages=())]
+        translator = self._translators[dataclasses.replace(setting, languages=(), split_sentences=True)]
         if setting.languages:
             translator = translator.with_languages(*setting.languages)
-        return translator.n_best(list(texts), setting.beam, alignments=setting.alignments, warn=False)
+        return translator.n_best(list(texts), setting.beam, alignments=setting.alignments, warn=False,
+                                 split_sentences=setting.split_sentences)
