@@ -299,8 +299,9 @@ def add_sentence_arguments(parser):
                         help="hand each input to the model whole, cut to its positions; by default each input is "
                              "split into sentences, translated together and put back with its own whitespace")
     parser.add_argument("--sentence-tokens", type=positive_int, metavar="N",
-                        help=f"cut a sentence longer than N tokens at its clauses (default: {TRAINED_RUN_SENTENCE_TOKENS} "
-                             "for a run trained here; the model's positions for an imported run)")
+                        help="cut a sentence longer than N tokens at its clauses (default: "
+                             f"{TRAINED_RUN_SENTENCE_TOKENS} for a run trained here; the model's positions for an "
+                             "imported run)")
 
 
 SEARCH_DEFAULTS_HELP = ("a run trained here: kept, beam 4, 0.6, the 3-gram guard; a run imported from Hugging Face: "

@@ -76,11 +76,14 @@ def translate(args, out):
     from keras_transformer_cli.input_lines import arriving_batches
     from keras_transformer_cli.input_lines import decode_argument
     from keras_transformer_cli.input_lines import decode_line
+    from keras_transformer_runtime.target_language import each_with_target_language
     from keras_transformer_runtime.target_language import with_target_language
     from keras_transformer_runtime.timings import phase
 
     translator = _translator(args)
     language_codes = _language_codes(translator)
+    if language_codes is not None:
+        with_target_language([], language_codes, args.target_language)  # a wrong flag stops before any line
     if args.text:
         batches = [[(number, text) for number, text in enumerate(args.text, 1)]]
         decode = decode_argument
@@ -90,7 +93,7 @@ def translate(args, out):
     alignments, scored = _alignments(args), _scored(args)
     if alignments:
         _check_alignment_layer(translator, args.alignment_layer)
-    skipped = replaced = 0
+    skipped = replaced = refused = 0
     for batch in batches:
         texts = []
         for number, raw in batch:
@@ -102,10 +105,13 @@ def translate(args, out):
                 skipped += 1
             replaced += was_replaced
             texts.append(text)
+        if language_codes is not None:  # a line the model cannot take (no or an unknown >>xxx<<) loses only itself
+            texts, refusals = each_with_target_language(texts, language_codes, args.target_language)
+            for i, reason in sorted(refusals.items()):
+                print(f"keras-transformer: line {batch[i][0]}: {reason}; skipped", file=sys.stderr, flush=True)
+            refused += len(refusals)
         with phase("work"):
             given = [text for text in texts if text is not None]
-            given = given if language_codes is None else with_target_language(given, language_codes,
-                                                                              args.target_language)
             split = None if args.split_sentences else False  # None: the translator's own default
             translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
                                                   alignment_layer=args.alignment_layer, split_sentences=split)
@@ -125,7 +131,10 @@ def translate(args, out):
     if skipped:
         print(f"keras-transformer: {skipped} lines were skipped (an empty line in their place); "
               "--invalid-input replace translates them with U+FFFD for the bad bytes.", file=sys.stderr)
-    return 1 if skipped else 0
+    if refused:
+        print(f"keras-transformer: {refused} lines this model cannot take were skipped (an empty line in their "
+              "place).", file=sys.stderr)
+    return 1 if skipped or refused else 0
 
 
 def _print_scored(translation, index, args, out):

@@ -70,6 +70,40 @@ code (>>fra<< Hello.) or pass --target-language CODE (the server: "target_langua
     return checked
 
 
+def each_with_target_language(texts, language_codes, code=None):
+    """`with_target_language` text by text: a text the model cannot take is refused alone, the others go on.
+
+    Args:
+        texts, language_codes, code: as `with_target_language`; a None in
+            `texts` (a line already refused) stays None.
+
+    Returns:
+        `(checked, refused)`: each text with its token (None for a refused
+        one), and a dict of each refused text's index -> its one-line reason.
+
+    Raises:
+        UserInputError: `code` itself is wrong for the model (every text would be refused).
+
+    Example:
+
+    >>> checked, refused = each_with_target_language(["Hello.", ">>xxx<< Hi.", ">>por<< Hi."], ("fra", "por"))
+    >>> checked[2], sorted(refused)
+    ('>>por<< Hi.', [0, 1])
+    """
+    with_target_language([], language_codes, code)
+    checked, refused = [], {}
+    for i, text in enumerate(texts):
+        if text is None:
+            checked.append(None)
+            continue
+        try:
+            checked.append(with_target_language([text], language_codes, code)[0])
+        except UserInputError as error:
+            checked.append(None)
+            refused[i] = str(error)
+    return checked, refused
+
+
 def _check_code(code, codes):
     if codes and code not in codes:
         close = difflib.get_close_matches(code, codes, n=5, cutoff=0.5)

@@ -5,6 +5,7 @@ language tokens, as opus-mt-en-ROMANCE's holds its targets' (built offline
 by `tests/marian_fixtures.py`).
 """
 
+import io
 import types
 
 import keras
@@ -97,18 +98,34 @@ def test_translate_target_language_adds_the_token_and_gives_generates_translatio
 
 @pytest.mark.end_to_end
 @pytest.mark.backend_independent
-@pytest.mark.parametrize("flags, message", [
-    ([], "this model writes 3 languages: start each sentence with its code"),
-    (["--target-language", "fro"], "target language 'fro' is not one this model writes; close: fra"),
-])
-def test_translate_refuses_a_multi_target_run_without_a_known_code_naming_its_codes(imported_run, capsys, flags,
-                                                                                    message):
+def test_translate_refuses_an_unknown_target_language_flag_naming_its_codes(imported_run, capsys):
     capsys.readouterr()
     with pytest.raises(SystemExit) as refused:
-        main(["translate", "--model", imported_run, "--engine", "keras", *flags, "Y dijo Dios."])
+        main(["translate", "--model", imported_run, "--engine", "keras", "--target-language", "fro", "Y dijo Dios."])
     error = capsys.readouterr().err.strip().splitlines()
     assert refused.value.code == 2
-    assert len(error) == 1 and message in error[0] and "fra, por, spa" in error[0], error
+    assert len(error) == 1 and "target language 'fro' is not one this model writes; close: fra" in error[0]
+    assert "fra, por, spa" in error[0], error
+
+
+@pytest.mark.end_to_end
+@pytest.mark.backend_independent
+def test_a_line_without_a_code_loses_only_itself_and_says_why(imported_run, reference, capsys, monkeypatch):
+    capsys.readouterr()
+    flags = ["translate", "--model", imported_run, "--engine", "keras", "--beam", "1", "--no-repeat-ngram", "0",
+             "--max-new-tokens", "127"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(
+        b">>fra<< Y dijo Dios.\nSea la luz.\n>>xyz<< Sea la luz.\n>>por<< Y fue la luz.\n")))
+    assert main(flags) == 1
+    printed = capsys.readouterr()
+    lines = printed.out.split("\n")[:-1]
+    assert len(lines) == 4 and lines[1] == "" and lines[2] == ""
+    assert [lines[0], lines[3]] == generate_translations(reference, [">>fra<< Y dijo Dios.", ">>por<< Y fue la luz."],
+                                                         127)
+    errors = printed.err.strip().splitlines()
+    assert "line 2: this model writes 3 languages: start each sentence with its code" in errors[0]
+    assert "line 3: target language 'xyz' is not one this model writes" in errors[1]
+    assert "2 lines this model cannot take were skipped" in errors[-1]
 
 
 @pytest.mark.backend_independent
@@ -118,9 +135,10 @@ def test_the_servers_target_language_field_adds_the_token_and_a_missing_one_is_a
     parsed = parse_translate(b'{"model": "es-romance", "text": ["Hola.", ">>spa<< Hola."], "target_language": "fra"}',
                              models, 8)
     assert parsed.texts == (">>fra<< Hola.", ">>spa<< Hola.")
-    with pytest.raises(RequestError, match="start each sentence with its code") as missing:
-        parse_translate(b'{"model": "es-romance", "text": "Hola."}', models, 8)
-    assert missing.value.status == 400
+    missing = parse_translate(b'{"model": "es-romance", "text": ["Hola.", ">>por<< Hola."]}', models, 8)
+    assert missing.texts == ("Hola.", ">>por<< Hola.")
+    ((index, reason),) = missing.refused
+    assert index == 0 and "start each sentence with its code" in reason
     with pytest.raises(RequestError, match="writes one language"):
         parse_translate(b'{"model": "es-en", "text": "Hola.", "target_language": "fra"}', models, 8)
     assert parse_translate(b'{"model": "es-en", "text": "Hola."}', models, 8).texts == ("Hola.",)

@@ -493,3 +493,22 @@ def test_serve_loads_each_length_limit_given_and_refuses_one_the_model_cannot_ta
         assert [t.text for t in model.translate(Setting(1, max_new_tokens=limit), sentence)] == expected
     with pytest.raises(UserInputError, match="--max-new-tokens 999"):
         served(12, 999)
+
+
+def test_a_text_the_model_cannot_take_gets_its_own_error_beside_the_others_translations():
+    translator = _Reverser()
+    translator.tokenizer.language_codes = ("fra", "por")
+    with _client({"es-romance": _served(translator, name="es-romance")}) as client:
+        _wait_ready(client)
+        answer = client.post("/v1/translate", json={"text": ["Hola.", ">>fra<< Si.", ">>xyz<< No."]})
+        all_refused = client.post("/v1/translate", json={"text": ["Hola."]})
+        predicted = client.post("/v1/models/es-romance:predict", json={"instances": [">>por<< Si.", "Hola."]})
+        wrong_field = client.post("/v1/translate", json={"text": ["Hola."], "target_language": "xyz"})
+    assert answer.status_code == 200, answer.text
+    missing, translated, unknown = answer.json()["translations"]
+    assert missing["source"] == "Hola." and "start each sentence with its code" in missing["error"]
+    assert translated["hypotheses"][0]["text"] == ".iS <<arf>>"
+    assert unknown["source"] == ">>xyz<< No." and "'xyz' is not one this model writes" in unknown["error"]
+    assert all_refused.status_code == 200 and "error" in all_refused.json()["translations"][0]
+    assert predicted.status_code == 400 and "1 of 2 texts refused: text 1 ('Hola.')" in predicted.json()["error"]
+    assert wrong_field.status_code == 400 and "'xyz' is not one this model writes" in wrong_field.json()["error"]

@@ -40,6 +40,7 @@ from keras_transformer_runtime.serving.metrics import ServerMetrics
 from keras_transformer_runtime.serving.openapi import openapi_document
 from keras_transformer_runtime.serving.request_bodies import RequestError
 from keras_transformer_runtime.serving.request_bodies import language_checked
+from keras_transformer_runtime.serving.request_bodies import refused_request
 from keras_transformer_runtime.serving.request_bodies import parse_predict
 from keras_transformer_runtime.serving.request_bodies import parse_translate
 from keras_transformer_runtime.serving.served_model import Setting
@@ -211,11 +212,17 @@ async def _translate(request, state):
         model = parsed.model
         setting = Setting(parsed.beam, parsed.alignments, parsed.languages, parsed.max_new_tokens,
                           parsed.split_sentences)
-        results = await _translations(state, parsed.model, setting, parsed.texts)
+        refused = dict(parsed.refused)
+        taken = [text for i, text in enumerate(parsed.texts) if i not in refused]
+        results = iter(await _translations(state, parsed.model, setting, taken) if taken else ())
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
-    for result, text_warnings in zip(results, parsed.text_warnings):
+    for i, (text, text_warnings) in enumerate(zip(parsed.texts, parsed.text_warnings)):
+        if i in refused:  # a text the model cannot take: its own error beside the others' translations
+            answers.append({"source": text, "error": refused[i]})
+            continue
+        result = next(results)
         translation = dataclasses.replace(result, hypotheses=result.hypotheses[: parsed.n_best],
                                           warnings=text_warnings + result.warnings)
         answers.append(translation.to_json(parsed.token_scores, parsed.attention_weights))
@@ -233,7 +240,9 @@ async def _predict(request, state, name):
         if model.translates_between_languages:
             raise RequestError(400, f"{name!r} is an NLLB-200 model: POST /v1/translate with 'source_language' and "
                                     "'target_language'")
-        texts = language_checked(texts, model)
+        texts, refused = language_checked(texts, model)
+        if refused:
+            raise refused_request(texts, refused)
         setting = Setting(model.default_beam, max_new_tokens=model.limits[0])  # the defaults: the first served
         results = await _translations(state, name, setting, texts)
     except RequestError as error:

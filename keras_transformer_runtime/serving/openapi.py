@@ -43,6 +43,10 @@ _TRANSLATION = {"type": "object", "required": ["source", "hypotheses"], "propert
     "hypotheses": {"type": "array", "items": _HYPOTHESIS},
     "warnings": {"type": "array", "items": {"type": "string"}},
 }}
+_REFUSED = {"type": "object", "required": ["source", "error"], "properties": {
+    "source": {"type": "string"},
+    "error": {"type": "string", "description": "why the model cannot take this text (the others are translated)"},
+}}
 
 
 def _json(schema, description="OK"):
@@ -90,7 +94,8 @@ def openapi_document(model_names):
                 "summary": "Translate sentences: translate --format jsonl's objects, one a sentence, in order",
                 "requestBody": {"required": True, "content": {"application/json": {"schema": translate_body}}},
                 "responses": {"200": _json({"type": "object", "properties": {
-                    "model": {"type": "string"}, "translations": {"type": "array", "items": _TRANSLATION}}}),
+                    "model": {"type": "string"},
+                    "translations": {"type": "array", "items": {"oneOf": [_TRANSLATION, _REFUSED]}}}}),
                     **_errors(400, 401, 413, 500, 503, 504)}}},
             "/v1/models/{name}:predict": {"post": {
                 "summary": "TensorFlow Serving's REST predict: the exported SavedModel's signature, texts -> "

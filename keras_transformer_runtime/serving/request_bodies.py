@@ -13,7 +13,7 @@ import dataclasses
 import json
 
 from keras_transformer_runtime.errors import UserInputError
-from keras_transformer_runtime.target_language import with_target_language
+from keras_transformer_runtime.target_language import each_with_target_language
 from keras_transformer_runtime.text_cleaning import replace_lone_surrogates
 
 # The fields of `POST /v1/translate` and their meaning (also the OpenAPI description's).
@@ -68,6 +68,8 @@ class TranslateRequest:
     languages: tuple = ()
     max_new_tokens: object = None
     split_sentences: bool = True
+    # `(index, reason)` of each text the model cannot take: answered with its error, the others translated.
+    refused: tuple = ()
 
 
 def json_body(body):
@@ -143,8 +145,9 @@ def parse_translate(body, models, max_texts):
                                 max_new_tokens=limit, **flags)
     if source_language is not None:
         raise RequestError(400, f"'source_language' is an NLLB-200 model's field; {model!r} reads any source")
-    texts = language_checked(texts, models[model], target_language)
-    return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, max_new_tokens=limit, **flags)
+    texts, refused = language_checked(texts, models[model], target_language)
+    return TranslateRequest(model, texts, beam, n_best, text_warnings=text_warnings, max_new_tokens=limit,
+                            refused=refused, **flags)
 
 
 def languages_checked(model, source_language, target_language):
@@ -169,7 +172,7 @@ def languages_checked(model, source_language, target_language):
 
 
 def language_checked(texts, model, target_language=None):
-    """`texts` with the target-language token a multi-target `model` needs (`target_language.with_target_language`).
+    """`texts` with the target-language token a multi-target `model` needs, each text checked on its own.
 
     Args:
         texts: the request's sentences.
@@ -177,21 +180,38 @@ def language_checked(texts, model, target_language=None):
         target_language: the request's `target_language`, or None.
 
     Returns:
-        A tuple of str.
+        `(texts, refused)`: a tuple of str (a refused text as given), and a
+        tuple of `(index, reason)` for each text the model cannot take (no
+        code, or one it does not write; the reason lists its codes).
 
     Raises:
-        RequestError: 400, the code is unknown or missing (the message lists the model's codes).
+        RequestError: 400, `target_language` itself is not one the model writes.
 
     Example:
 
     >>> import types
-    >>> language_checked(("Hola.",), types.SimpleNamespace(language_codes=("fra", "por")), "por")
-    ('>>por<< Hola.',)
+    >>> language_checked(("Hola.", ">>xx<< Hola."), types.SimpleNamespace(language_codes=("fra", "por")), "por")[0]
+    ('>>por<< Hola.', '>>xx<< Hola.')
     """
     try:
-        return tuple(with_target_language(list(texts), getattr(model, "language_codes", ()), target_language))
+        checked, refused = each_with_target_language(list(texts), getattr(model, "language_codes", ()),
+                                                     target_language)
     except UserInputError as error:
         raise RequestError(400, str(error)) from None
+    return (tuple(text if text is not None else texts[i] for i, text in enumerate(checked)),
+            tuple(sorted(refused.items())))
+
+
+def refused_request(texts, refused):
+    """One 400 naming every refused text, for an endpoint whose answer has no place for an error a text.
+
+    Example:
+
+    >>> str(refused_request(("a", "b"), ((1, "no code"),)))
+    "1 of 2 texts refused: text 1 ('b'): no code"
+    """
+    named = "; ".join(f"text {i} ({texts[i][:30]!r}): {reason}" for i, reason in refused)
+    return RequestError(400, f"{len(refused)} of {len(texts)} texts refused: {named}")
 
 
 def parse_predict(body, max_texts):
