@@ -112,6 +112,13 @@ def build_parser():
                            help="a line that is not UTF-8 or holds a NUL byte: skip it (an empty output line, "
                                 "a one-line error naming the line and byte on stderr, exit status 1), or replace "
                                 "the bad bytes by U+FFFD and translate it (counted on stderr)")
+    translate.add_argument("--input", metavar="FILE",
+                           help="translate a document file: plain text (paragraphs, blank lines and line breaks "
+                                "kept) or SubRip .srt (cue numbers and timings kept), by its extension")
+    translate.add_argument("--output", metavar="FILE", help="with --input: where the translation goes (default: "
+                                                            "stdout); written as it goes")
+    translate.add_argument("--input-format", choices=("txt", "srt"),
+                           help="with --input: the kind of document, whatever its extension")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: stdin, one line each, "
                                                   "each answered as it arrives)")
 

@@ -80,6 +80,14 @@ def translate(args, out):
     from keras_transformer_runtime.target_language import with_target_language
     from keras_transformer_runtime.timings import phase
 
+    if args.input:
+        from keras_transformer_cli.document_files import translate_file
+
+        return translate_file(args, out, _translator)
+    if args.output or args.input_format:
+        from keras_transformer_runtime.errors import UserInputError
+
+        raise UserInputError("--output and --input-format go with --input FILE")
     translator = _translator(args)
     language_codes = _language_codes(translator)
     if language_codes is not None:
