@@ -61,13 +61,13 @@ UNKNOWN_WARNING_FRACTION = 0.5
 class TextTranslator:
     """The text side of a translator; subclasses supply `_decode`.
 
-    Defined behaviour on awkward input, so one bad string never fails a
-    batch: an empty (or whitespace-only) string translates to `""` without
-    running the model; `bytes` are decoded as UTF-8 with invalid sequences
-    replaced by U+FFFD, and so is each lone surrogate in a `str` (what
-    Python makes of undecodable command-line bytes; `text_cleaning`), with a
-    `UserWarning`; a source longer than `max_length` tokens is truncated to
-    it, with a `UserWarning` naming how many were; a sentence whose
+    Each text is split into sentences (`split_sentences`; a sentence over
+    `sentence_tokens` cut at its clauses). One bad string never fails a batch:
+    an empty (or whitespace-only) string translates to `""` without running
+    the model; `bytes` are decoded as UTF-8 with invalid sequences replaced
+    by U+FFFD, and so is each lone surrogate in a `str` (`text_cleaning`),
+    with a `UserWarning`; a text handed whole longer than `max_length` tokens
+    is truncated to it, with a `UserWarning` naming how many were; one whose
     characters are mostly unknown to the vocabulary (emoji, another script)
     gets a `UserWarning` naming it and the fraction, since its translation
     can only be a guess. Those warnings speak of a whole call (`warn=False`
