@@ -10,7 +10,8 @@ from keras_transformer_cli import main
 from tests.conftest import to_numpy
 
 # Each module trains a run (the trained_run fixture): CI runs them, the contributor's loop leaves them out.
-pytestmark = pytest.mark.end_to_end
+# Held to this package's own translations input by input: each input handed over whole.
+pytestmark = [pytest.mark.end_to_end, pytest.mark.usefixtures("whole_inputs")]
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
