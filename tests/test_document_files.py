@@ -23,7 +23,7 @@ def shout(texts):
 
 
 def test_plain_text_keeps_its_blank_lines_spaces_and_line_endings():
-    text = "\ufeff" * 0 + "  Sea la luz.\r\nY fue.\r\n\r\n   \r\n\tFin.  \n\n"
+    text = "  Sea la luz.\r\nY fue.\r\n\r\n   \r\n\tFin.  \n\n"
     out = "".join(piece for piece, _ in translate_plain_text(text, shout))
     assert out == "  SEA LA LUZ.\r\nY FUE.\r\n\r\n   \r\n\tFIN.  \n\n"
 
