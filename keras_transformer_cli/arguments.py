@@ -36,7 +36,8 @@ QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLE
 TARGET_LANGUAGE_HELP = ("a multi-target model's language to write (fra: >>fra<< before each sentence without a "
                         "code of its own; an NLLB-200 run: eng_Latn; an M2M-100 run: en); such a model refuses a "
                         "sentence without one")
-SOURCE_LANGUAGE_HELP = ("an NLLB-200 or M2M-100 run's source language (spa_Latn, es); other runs read any source "
+SOURCE_LANGUAGE_HELP = ("an NLLB-200 or M2M-100 run's source language (spa_Latn, es), or auto (translate: each "
+                        "line's own, detected; needs keras-transformer[documents]); other runs read any source "
                         "they were trained on")
 TRAIN_DESCRIPTION = """\
 Trains a translator on the Spanish -> English Bible verse pairs embedded in

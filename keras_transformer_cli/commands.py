@@ -76,8 +76,7 @@ def translate(args, out):
     from keras_transformer_cli.input_lines import arriving_batches
     from keras_transformer_cli.input_lines import decode_argument
     from keras_transformer_cli.input_lines import decode_line
-    from keras_transformer_runtime.target_language import each_with_target_language
-    from keras_transformer_runtime.target_language import with_target_language
+    from keras_transformer_cli.line_languages import LineLanguages
     from keras_transformer_runtime.timings import phase
 
     if args.input:
@@ -89,9 +88,7 @@ def translate(args, out):
 
         raise UserInputError("--output and --input-format go with --input FILE")
     translator = _translator(args)
-    language_codes = _language_codes(translator)
-    if language_codes is not None:
-        with_target_language([], language_codes, args.target_language)  # a wrong flag stops before any line
+    languages = LineLanguages(translator, args)  # a wrong --target-language stops before any line
     if args.text:
         batches = [[(number, text) for number, text in enumerate(args.text, 1)]]
         decode = decode_argument
@@ -113,23 +110,25 @@ def translate(args, out):
                 skipped += 1
             replaced += was_replaced
             texts.append(text)
-        if language_codes is not None:  # a line the model cannot take (no or an unknown >>xxx<<) loses only itself
-            texts, refusals = each_with_target_language(texts, language_codes, args.target_language)
-            for i, reason in sorted(refusals.items()):
-                print(f"keras-transformer: line {batch[i][0]}: {reason}; skipped", file=sys.stderr, flush=True)
-            refused += len(refusals)
+        # A line the model cannot take (no or an unknown >>xxx<<, a language not told) loses only itself.
+        texts, sources, refusals = languages.checked(texts, [number for number, _ in batch])
+        refused += refusals
+        split = None if args.split_sentences else False  # None: the translator's own default
+
+        def call(speaking, given):
+            if scored:
+                return speaking.n_best(given, args.n_best or 1, alignments=alignments,
+                                       alignment_layer=args.alignment_layer, split_sentences=split)
+            return speaking(given, split_sentences=split)
+
         with phase("work"):
-            given = [text for text in texts if text is not None]
-            split = None if args.split_sentences else False  # None: the translator's own default
-            translations = iter(translator.n_best(given, args.n_best or 1, alignments=alignments,
-                                                  alignment_layer=args.alignment_layer, split_sentences=split)
-                                if scored else translator(given, split_sentences=split))
-        for (number, _), text in zip(batch, texts):
+            translations = languages.translated(translator, texts, sources, call)
+        for (number, _), text, source in zip(batch, texts, sources):
             translation = None if text is None else next(translations)
             if args.attention_map and translation is not None:
                 _draw_attention_map(translation, args)
             if scored:
-                _print_scored(translation, number - 1, args, out)
+                _print_scored(translation, number - 1, args, out, source)
             else:
                 print("" if text is None else translation, file=out)
         out.flush()
@@ -145,13 +144,16 @@ def translate(args, out):
     return 1 if skipped or refused else 0
 
 
-def _print_scored(translation, index, args, out):
-    """One input's `--format jsonl` object, its `--n-best` lines (none for a skipped line), or its text."""
+def _print_scored(translation, index, args, out, source_language=None):
+    """One input's `--format jsonl` object (with the detected `source_language`), its `--n-best` lines (none for a
+    skipped line), or its text."""
     from keras_transformer_runtime.alignment import format_alignment
 
     if args.format == "jsonl":
         record = (translation.to_json(args.token_scores, args.attention_weights) if translation
                   else {"source": None, "hypotheses": []})
+        if source_language is not None:
+            record["source_language"] = source_language
         print(json.dumps(record, ensure_ascii=False), file=out)
         return
     if not args.n_best:  # --alignments or --attention-map alone
@@ -199,9 +201,13 @@ def evaluate(args, out):
     from keras_transformer.translation.evaluation import evaluate_pairs
     from keras_transformer.training.train_config import CORPUS_FIELDS
     from keras_transformer_runtime.target_language import with_target_language
+    from keras_transformer_runtime.errors import UserInputError
     from keras_transformer_runtime.timings import phase
 
     apply_search_defaults(args)
+    if args.source_language == "auto":
+        raise UserInputError("--source-language auto detects each line's language for translate; name the "
+                             "corpus' language here")
     # The run's own corpus and splits, unless a flag says otherwise.
     config_path = os.path.join(args.model, run_folder.CONFIG_FILE)
     run_config = run_folder.read_json(config_path) if os.path.isfile(config_path) else {}

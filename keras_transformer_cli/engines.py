@@ -87,8 +87,12 @@ def run_languages(args):
     from keras_transformer_runtime.run_tokenizer import is_nllb_run
 
     source, target = getattr(args, "source_language", None), getattr(args, "target_language", None)
+    if source == "auto" and getattr(args, "command", "translate") != "translate":
+        raise UserInputError("--source-language auto detects each line's language for translate; name the "
+                             "corpus' language here")
     if is_nllb_run(args.model):
-        return {"source_language": source, "target_language": target}
+        # auto: each line's language is detected (`line_languages`); the translator starts without one.
+        return {"source_language": None if source == "auto" else source, "target_language": target}
     if source is not None:
         raise UserInputError(f"--source-language {source}: {args.model} is not an NLLB-200 or M2M-100 run; it reads "
                              "any source it was trained on (--target-language names a multi-target Marian run's "

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.serving.batcher import QueueFull
 from keras_transformer_runtime.serving.batcher import RequestBatcher
 from keras_transformer_runtime.serving.metrics import ServerMetrics
@@ -43,6 +44,7 @@ from keras_transformer_runtime.serving.request_bodies import language_checked
 from keras_transformer_runtime.serving.request_bodies import refused_request
 from keras_transformer_runtime.serving.request_bodies import parse_predict
 from keras_transformer_runtime.serving.request_bodies import parse_translate
+from keras_transformer_runtime.serving.served_model import AUTO_SOURCE
 from keras_transformer_runtime.serving.served_model import Setting
 
 # Paths a supervisor probes without a token: they tell nothing about the models.
@@ -213,8 +215,11 @@ async def _translate(request, state):
         setting = Setting(parsed.beam, parsed.alignments, parsed.languages, parsed.max_new_tokens,
                           parsed.split_sentences)
         refused = dict(parsed.refused)
-        taken = [text for i, text in enumerate(parsed.texts) if i not in refused]
-        results = iter(await _translations(state, parsed.model, setting, taken) if taken else ())
+        sources = [None] * len(parsed.texts)
+        if parsed.languages[:1] == (AUTO_SOURCE,):
+            sources, detected_refusals = await _detected_sources(state.models[model], parsed.texts)
+            refused.update(detected_refusals)
+        results = await _translated_by_source(state, parsed.model, setting, parsed.texts, sources, refused)
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
@@ -222,12 +227,37 @@ async def _translate(request, state):
         if i in refused:  # a text the model cannot take: its own error beside the others' translations
             answers.append({"source": text, "error": refused[i]})
             continue
-        result = next(results)
+        result = results[i]
         translation = dataclasses.replace(result, hypotheses=result.hypotheses[: parsed.n_best],
                                           warnings=text_warnings + result.warnings)
         answers.append(translation.to_json(parsed.token_scores, parsed.attention_weights))
+        if sources[i] is not None:
+            answers[-1]["source_language"] = sources[i]
     state.metrics.latency.labels(model=model).observe(time.monotonic() - started)
     return _counted(state, "translate", model, JSONResponse({"model": model, "translations": answers}))
+
+
+async def _detected_sources(model, texts):
+    """Each text's detected source language and the refused texts' reasons, off the event loop."""
+    try:
+        return await asyncio.to_thread(model.source_languages, texts)
+    except UserInputError as error:  # the detector is not installed
+        raise RequestError(400, str(error).replace("--source-language auto", "'source_language': 'auto'"))
+
+
+async def _translated_by_source(state, name, setting, texts, sources, refused):
+    """`{index: Translation}` of each text not refused: one batch a source language (the request's own, or each
+    detected one, `setting.languages` then carrying it)."""
+    groups = {}
+    for i, source in enumerate(sources):
+        if i not in refused:
+            groups.setdefault(source, []).append(i)
+    settings = {source: setting if source is None else dataclasses.replace(setting, languages=(source,
+                                                                                              setting.languages[1]))
+                for source in groups}
+    translated = await asyncio.gather(*(_translations(state, name, settings[source], [texts[i] for i in group])
+                                        for source, group in groups.items()))
+    return {i: result for group, results in zip(groups.values(), translated) for i, result in zip(group, results)}
 
 
 async def _predict(request, state, name):

@@ -42,6 +42,8 @@ _TRANSLATION = {"type": "object", "required": ["source", "hypotheses"], "propert
     "source_tokens": {"type": "array", "items": {"type": "string"}},
     "hypotheses": {"type": "array", "items": _HYPOTHESIS},
     "warnings": {"type": "array", "items": {"type": "string"}},
+    "source_language": {"type": "string", "description": "the language detected (a request's "
+                                                         "`source_language`: `auto`)"},
 }}
 _REFUSED = {"type": "object", "required": ["source", "error"], "properties": {
     "source": {"type": "string"},

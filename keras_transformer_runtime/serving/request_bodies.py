@@ -30,7 +30,8 @@ TRANSLATE_FIELDS = {
     "target_language": "a multi-target model's language to write (`fra`: `>>fra<<` before each sentence that has "
                        "no code of its own; an NLLB-200 model's: `eng_Latn`); such a model refuses a sentence "
                        "without one",
-    "source_language": "an NLLB-200 model's source language (`spa_Latn`), needed with `target_language`",
+    "source_language": "an NLLB-200 model's source language (`spa_Latn`), needed with `target_language`; `auto`: "
+                       "each text's own, detected (its answer says which: `source_language`)",
     "sentence_splitting": "split each text into sentences, translate them together and put them back with the "
                           "text's own whitespace (default true); false hands each text to the model whole",
 }

@@ -11,6 +11,10 @@ jsonl`'s objects, each with the warnings about its own sentence
 
 import dataclasses
 import os
+import threading
+
+# A request's `source_language` asking for each text's own language, detected (`documents.languages`).
+AUTO_SOURCE = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +85,8 @@ class ServedModel:
         self.engine = engine
         self._load_translator = load_translator
         self._translators = {}
+        self._detector = None
+        self._detector_lock = threading.Lock()
 
     @property
     def default_beam(self):
@@ -127,9 +133,34 @@ class ServedModel:
         return hasattr(getattr(loaded, "tokenizer", None), "forced_first_id")
 
     def check_languages(self, source_language, target_language):
-        """Raises `UserInputError` (close codes named) unless both are the NLLB-200 model's languages."""
+        """Raises `UserInputError` (close codes named) unless both are the NLLB-200 model's languages.
+
+        A `source_language` of `"auto"` checks the target alone (each text's source is detected).
+        """
         tokenizer = next(iter(self._translators.values())).tokenizer
+        if source_language == AUTO_SOURCE:
+            if target_language is None:
+                from keras_transformer_runtime.errors import UserInputError
+
+                raise UserInputError("--source-language auto detects the source: pass --target-language CODE")
+            source_language = target_language
         tokenizer.with_languages(source_language, target_language).check_languages()
+
+    def source_languages(self, texts):
+        """Each text's source language, detected among the model's codes (None for a text given as None), and
+        `{index: reason}` for those refused (`documents.languages.source_languages`).
+
+        Raises:
+            UserInputError: the language detector is not installed.
+        """
+        from keras_transformer_runtime.documents.languages import LanguageDetector
+        from keras_transformer_runtime.documents.languages import source_languages
+
+        with self._detector_lock:  # built once, on the first request that asks (its model loads then)
+            if self._detector is None:
+                tokenizer = next(iter(self._translators.values())).tokenizer
+                self._detector = LanguageDetector(tokenizer.language_codes)
+        return source_languages(texts, self._detector)
 
     @property
     def max_length(self):
