@@ -8,6 +8,9 @@ agree.
 
 import argparse
 
+from keras_transformer_runtime.search_defaults import DEFAULT_MAX_OUTPUT_RATIO
+from keras_transformer_runtime.search_defaults import OUTPUT_SLACK
+
 # The choices of `train --preset`; `keras_transformer.training.presets.PRESETS`
 # holds their sizes (a test checks that the two agree).
 PRESET_NAMES = ("tiny", "small", "base", "big")
@@ -110,6 +113,16 @@ def _positive_float(text):
         value = None
     if value is None or not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -340,6 +353,9 @@ def add_search_arguments(parser, several_limits=False):
                         help="the longest translation in tokens, at most the model's positions less one (default: "
                              "the run's: the model's positions less one; for an imported run generation_config.json's "
                              f"max_length less two, as generate counts the start token and forces </s>){several}")
+    parser.add_argument("--max-output-ratio", type=_non_negative_float, metavar="R",
+                        help="the cap on run-away output: a sentence's translation ends after R times its source's "
+                             f"tokens plus {OUTPUT_SLACK}; 0 turns it off (default: {DEFAULT_MAX_OUTPUT_RATIO:g})")
 
 
 def add_decoding_arguments(parser):

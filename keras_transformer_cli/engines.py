@@ -112,7 +112,7 @@ def translator_settings(args):
     """
     return dict(beam_width=args.beam, beam_search=args.beam_search, length_penalty=args.length_penalty,
                 early_stopping=args.early_stopping, max_new_tokens=args.max_new_tokens,
-                no_repeat_ngram_size=args.no_repeat_ngram)
+                no_repeat_ngram_size=args.no_repeat_ngram, max_output_ratio=getattr(args, "max_output_ratio", None))
 
 
 def compiled_translator(args):

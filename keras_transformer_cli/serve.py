@@ -158,14 +158,14 @@ def _compiled_loader(args):
         return load_compiled_translator(run_directory, cache, beam_width=setting.beam, batch_size=args.batch_size,
                                         write=write_program_in_a_child, n_best=setting.beam,
                                         cross_attention=setting.alignments, weights_of=weights_of,
-                                        **_search_settings(search))
+                                        max_output_ratio=args.max_output_ratio, **_search_settings(search))
 
     return load, f"compiled engine ({engine})"
 
 
 def write_program_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size,
                              n_best=None, cross_attention=False, beam_search="kept", early_stopping=False,
-                             max_new_tokens=None, quantize=None):
+                             max_new_tokens=None, quantize=None, max_output_ratio=None):
     """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras.
 
     The `write` of `load_compiled_translator`, for a process that serves
@@ -185,7 +185,8 @@ def write_program_in_a_child(run_directory, entry, cache, beam_width, length_pen
     scored = ["--n-best", str(n_best), "--format", "jsonl"] if n_best else []
     search = ["--beam-search", beam_search, "--length-penalty", repr(float(length_penalty)),
               "--early-stopping" if early_stopping else "--no-early-stopping",
-              *(["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])]
+              *(["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else []),
+              *(["--max-output-ratio", repr(float(max_output_ratio))] if max_output_ratio is not None else [])]
     command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
                "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
                *search, *scored, *(["--alignments"] if cross_attention else []),
@@ -208,7 +209,7 @@ def _keras_loader(args):
         key = (run_directory, setting.beam, setting.max_new_tokens)
         if key not in loaded:
             loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam, batch_size=args.batch_size,
-                                                    **_search_settings(search))
+                                                    max_output_ratio=args.max_output_ratio, **_search_settings(search))
         return loaded[key]
 
     return load, f"Keras model ({keras.backend.backend()})"

@@ -36,6 +36,7 @@ from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.run_tokenizer import sentence_settings
 from keras_transformer_runtime.run_tokenizer import vocabulary_files
+from keras_transformer_runtime.search_defaults import checked_output_ratio
 from keras_transformer_runtime.search_defaults import model_positions
 from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from keras_transformer_runtime.text_translator import TextTranslator
@@ -55,10 +56,8 @@ DEFAULT_LENGTH_PENALTY = 0.6
 # benchmarks/results/cpu-beam-step-changes).
 CPU_BEAM_BATCH_SIZE = 4
 # A greedy program on a CPU also comes as a refilling one (`keras_transformer.decoding.refill`): queues of up to
-# 32 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next. The README's model
-# translated the test split 1.15x faster so in queues of 64, and a model whose outputs run long 1.36x, the same
-# translations; queues of 32 ran 1.02-1.06x faster than 64 again, and 16 0.97-1.14x, on the engine's threads
-# (2-core Xeon; benchmarks/results/cpu-xeon-amx/refill, refill-beam).
+# 32 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next (the sizes measured fastest:
+# docs/measured.md).
 REFILL_SLOTS = 8
 REFILL_QUEUE_SIZE = 32
 
@@ -79,14 +78,15 @@ def engine_description():
 
 def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
                  cross_attention=False, beam_search="kept", early_stopping=False, end_at_limit=True,
-                 refill_slots=None):
+                 refill_slots=None, max_output_ratio=0.0):
     """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
 
     The search's kind comes first, so an entry keeps the kept and the
     pooled programs of one beam width side by side; a pooled search whose
     hypotheses open at the limit count no closing `</s>` (`end_at_limit`
     False: NLLB-200's) is a program of its own, and so is greedy search
-    refilling `refill_slots` rows (`REFILL_SLOTS`).
+    refilling `refill_slots` rows (`REFILL_SLOTS`); a cap on run-away output
+    (`max_output_ratio` above 0) is named after the length limit.
 
     Example:
 
@@ -94,15 +94,16 @@ def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_token
     ('kept-beam4-alpha0.6-norepeat3-new127.jaxexport', 'kept-beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
     >>> program_file(4, 1.0, 0, 126, beam_search="pooled", early_stopping=True)
     'pooled-early-beam4-alpha1.0-norepeat0-new126.jaxexport'
-    >>> program_file(1, 0.6, 3, 127, refill_slots=8)
-    'refill8-kept-beam1-alpha0.6-norepeat3-new127.jaxexport'
+    >>> program_file(1, 0.6, 3, 127, refill_slots=8, max_output_ratio=2.0)
+    'refill8-kept-beam1-alpha0.6-norepeat3-new127-ratio2.0.jaxexport'
     """
     n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
     kind = f"{beam_search}{'-early' if beam_search == 'pooled' and early_stopping else ''}"
     kind += "-noforcedend" if beam_search == "pooled" and not end_at_limit else ""
     kind = f"refill{int(refill_slots)}-{kind}" if refill_slots else kind
+    ratio = f"-ratio{float(max_output_ratio)!r}" if max_output_ratio else ""
     return f"{kind}-beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
-           f"-new{int(max_new_tokens)}{n_best_part}.jaxexport"
+           f"-new{int(max_new_tokens)}{ratio}{n_best_part}.jaxexport"
 
 
 def use_compilation_cache(cache):
@@ -332,7 +333,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
                              no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
                              cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES,
                              beam_search="kept", early_stopping=False, max_new_tokens=None, source_language=None,
-                             target_language=None, quantize=None):
+                             target_language=None, quantize=None, max_output_ratio=None):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
@@ -351,6 +352,7 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         quantize: None, or a Keras quantization mode ("int8", "int4"): the
             program of the model quantized so (`Translator.from_directory`),
             in an entry of its own, its weights the quantized ones.
+        max_output_ratio: as `Translator`'s (None: the default cap), a program of its own.
         weights_of: None, or a `CompiledTranslator` of the same run whose
             weights (already on the device) the new one shares: a server
             holding several settings of one model keeps one copy.
@@ -388,7 +390,8 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
                                       cache.digests_directory()))
         setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
                        n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
-                       early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens)
+                       early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens,
+                       max_output_ratio=checked_output_ratio(max_output_ratio))
         end_at_limit = run_ends_at_limit(run_directory)  # the run's, as the writer's `Translator.from_directory`
         refills = refills_on_this_platform(beam_width, n_best)
 
@@ -444,7 +447,8 @@ def refills_on_this_platform(beam_width, n_best=None):
 
 
 def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
-                beam_search, early_stopping, max_new_tokens, end_at_limit=True, read_weights=True, refill_slots=None):
+                beam_search, early_stopping, max_new_tokens, max_output_ratio, end_at_limit=True, read_weights=True,
+                refill_slots=None):
     """`(program, weights, settings, program's path)` of an entry (weights None unless `read_weights`), or None.
 
     None: a part is missing.
@@ -456,7 +460,7 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
         return None
     program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
                                         max_new_tokens or settings["max_length"] - 1, n_best, cross_attention,
-                                        beam_search, early_stopping, end_at_limit, refill_slots)
+                                        beam_search, early_stopping, end_at_limit, refill_slots, max_output_ratio)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))

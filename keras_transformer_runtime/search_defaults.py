@@ -18,6 +18,7 @@ Keras-free: it reads JSON files only.
 
 import dataclasses
 import json
+import numbers
 import os
 
 from keras_transformer_runtime.errors import UserInputError
@@ -36,6 +37,11 @@ SEARCH_DEFAULTS = {"kept": {"length_penalty": 0.6, "early_stopping": False},
 # `generate`'s values where the model sets none (transformers 5.24,
 # `GenerationConfig._get_default_generation_params`): one beam, 20 new tokens.
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
+# The cap on run-away output (`keras_transformer.decoding.output_limit`): a translation writes at most
+# `ratio * its source's ids + OUTPUT_SLACK` tokens. The default ratio cuts no translation of the corpus' test
+# and held-out splits with the default search (benchmarks/findings/documents.md, "How long a translation").
+DEFAULT_MAX_OUTPUT_RATIO = 3.5
+OUTPUT_SLACK = 10
 # Generation settings `generate` applies that this package's searches do not, with the value that changes nothing.
 _NOT_APPLIED = {"do_sample": False, "repetition_penalty": 1.0, "min_length": 0, "min_new_tokens": None,
                 "num_beam_groups": 1, "diversity_penalty": 0.0, "encoder_no_repeat_ngram_size": 0,
@@ -98,6 +104,24 @@ class SearchSettings:
         if self.notes:
             line += f"; not applied: {', '.join(self.notes)}"
         return line
+
+
+def checked_output_ratio(ratio):
+    """The cap on run-away output as a float >= 0: `ratio`, or `DEFAULT_MAX_OUTPUT_RATIO` for None.
+
+    Raises:
+        ValueError: `ratio` is not a number >= 0.
+
+    Example:
+
+    >>> checked_output_ratio(None) == DEFAULT_MAX_OUTPUT_RATIO, checked_output_ratio(0)
+    (True, 0.0)
+    """
+    if ratio is None:
+        return float(DEFAULT_MAX_OUTPUT_RATIO)
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not ratio >= 0:
+        raise ValueError(f"max_output_ratio must be a number >= 0 (0: no cap), got {ratio!r}.")
+    return float(ratio)
 
 
 def model_positions(run_directory):

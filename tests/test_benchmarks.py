@@ -26,8 +26,8 @@ from benchmarks.reference_models import build_model
 from benchmarks.reference_models import parameter_counts
 from benchmarks.phases import count_calls
 
-# Engines and benchmarks held to one another input by input: each input handed over whole.
-pytestmark = pytest.mark.usefixtures("whole_inputs")
+# Engines and benchmarks held to one another input by input: each input handed over whole, uncapped.
+pytestmark = pytest.mark.usefixtures("as_generate")
 
 QUICK = CONFIGS["quick"]
 

@@ -24,7 +24,7 @@ from keras_transformer.translation.translator import Translator  # noqa: E402
 from conftest import FIXTURE_CORPUS  # noqa: E402
 
 # Engine against engine, input by input, truncation included: each input handed over whole.
-pytestmark = pytest.mark.usefixtures("whole_inputs")
+pytestmark = pytest.mark.usefixtures("as_generate")
 
 VOCABULARY = 200
 AWKWARD = ["", "   ", " ".join(["En el principio creó Dios los cielos y la tierra."] * 12), b"Dios \xff luz"]

@@ -11,7 +11,7 @@ from tests.conftest import to_numpy
 
 # Each module trains a run (the trained_run fixture): CI runs them, the contributor's loop leaves them out.
 # Held to this package's own translations input by input: each input handed over whole.
-pytestmark = [pytest.mark.end_to_end, pytest.mark.usefixtures("whole_inputs")]
+pytestmark = [pytest.mark.end_to_end, pytest.mark.usefixtures("as_generate")]
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

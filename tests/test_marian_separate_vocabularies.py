@@ -21,7 +21,7 @@ from tests.marian_fixtures import make_marian_folder
 from tests.marian_fixtures import imported, imported_run, reference  # noqa: F401 (fixtures)
 
 # Held to transformers' generate, which takes each input whole.
-pytestmark = pytest.mark.usefixtures("whole_inputs")
+pytestmark = pytest.mark.usefixtures("as_generate")
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -11,6 +11,8 @@ import keras
 from keras import ops
 
 from keras_transformer.decoding.checks import check_encoder_tokens
+from keras_transformer.decoding.output_limit import end_at_output_limit
+from keras_transformer.decoding.output_limit import output_limits
 from keras_transformer.decoding.sampler import compile_function
 from keras_transformer.layers.input_checks import is_concrete
 from keras_transformer.model_parts import ENCODER_TOKENS
@@ -62,6 +64,10 @@ class CachedDecoder:
             size. The compiled programs are kept and read the weights as
             they are at each call (`sampler.compile_function`), so they
             serve a model that is still training. Defaults to False.
+        max_output_ratio: float; above 0, each row writes at most
+            `floor(ratio * its source's ids) + OUTPUT_SLACK` tokens, the end
+            token forced there (`output_limit`), in every search on this
+            decoder. 0 (the default): only the length limit stops a row.
 
     Example:
 
@@ -80,8 +86,9 @@ class CachedDecoder:
     # `start(..., attention_length=N)` records the cross-attention (`search_tensors` asks).
     records_cross_attention = True
 
-    def __init__(self, model, max_length=None, jit_compile=False):
+    def __init__(self, model, max_length=None, jit_compile=False, max_output_ratio=0.0):
         parts = transformer_parts(model)
+        self.max_output_ratio = float(max_output_ratio)
         self.model = model
         self.embedding = parts.decoder_embedding
         self.source_vocabulary_size = parts.encoder_embedding.vocabulary_size
@@ -156,6 +163,8 @@ class CachedDecoder:
             tokens, index, state.caches, state.cross_caches, state.encoder_mask, state.output_kernel,
             state.cross_attention,
         )
+        if self.max_output_ratio:
+            logits = end_at_output_limit(logits, index, output_limits(state.encoder_mask, self.max_output_ratio))
         return logits, state._replace(caches=list(caches), cross_attention=cross_attention)
 
     def grow(self, state, cache_length):

@@ -26,6 +26,8 @@ from keras_transformer.decoding.checks import check_max_new_tokens
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import FIRST_CACHE_LENGTH
+from keras_transformer.decoding.output_limit import end_at_output_limit
+from keras_transformer.decoding.output_limit import output_limits
 from keras_transformer.decoding.sampler import block_repeated_ngrams
 from keras_transformer.decoding.sampler import compile_function
 from keras_transformer.decoding.sampler import compiles_loop
@@ -181,6 +183,8 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         logits, caches, _ = decoder._step_tensors(
             tokens, column, caches, cross_caches, source_mask, output_kernel, (), positions=positions,
             self_attention_mask=ring_mask(column, positions, ring))
+        if decoder.max_output_ratio:  # as `CachedDecoder.next_logits`, at each row's own position
+            logits = end_at_output_limit(logits, positions, output_limits(source_mask, decoder.max_output_ratio))
         logits = mask_forbidden_tokens(logits, forbidden)
         if forced_first is not None:
             logits = force_first_token(logits, positions, forced_first)

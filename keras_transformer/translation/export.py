@@ -80,7 +80,7 @@ def marian_graph_tokenizer(directory):
 
 
 def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat_ngram_size=None,
-                         marian_directory=None):
+                         marian_directory=None, max_output_ratio=None):
     """A `tf.Module` whose `translate` maps a batch of strings to translations.
 
     Greedy search on the KV cache, as `Translator(beam_width=1)`, with the
@@ -97,6 +97,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         marian_directory: a run imported from Marian, whose two
             SentencePiece models and id table tokenize instead
             (`marian_graph_tokenizer`; `vocabulary_proto` is then unused).
+        max_output_ratio: the cap on run-away output, as `Translator`'s (and by default the same).
 
     Returns:
         A `tf.Module` with a `translate(texts)` `tf.function` taking a
@@ -113,10 +114,11 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
     from keras_transformer.translation.translator import SMALLEST_BATCH
     from keras_transformer.translation.translator import SOURCE_BUCKET
+    from keras_transformer_runtime.search_defaults import checked_output_ratio
 
     if no_repeat_ngram_size is None:
         no_repeat_ngram_size = DEFAULT_NO_REPEAT_NGRAM_SIZE
-    decoder = CachedDecoder(model)
+    decoder = CachedDecoder(model, max_output_ratio=checked_output_ratio(max_output_ratio))
     max_length = decoder.max_length
     max_new_tokens = max_new_tokens or max_length - 1
 
@@ -169,7 +171,8 @@ def _next_bucket(tf, size, smallest):
     return tf.while_loop(lambda bucket: bucket < size, lambda bucket: bucket * 2, [tf.constant(smallest)])[0]
 
 
-def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None, quantize=None):
+def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None, quantize=None,
+                      max_output_ratio=None):
     """Exports a training output folder as a string -> string SavedModel.
 
     Writes `output/` (signature `serving_default`: `texts` -> `translations`)
@@ -183,6 +186,7 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
         no_repeat_ngram_size: the loop guard, as `Translator`'s.
         quantize: None, or a Keras quantization mode ("int8", "int4"):
             the SavedModel then holds integer kernels.
+        max_output_ratio: the cap on run-away output, as `Translator`'s.
 
     Returns:
         The path of the exported SavedModel.
@@ -202,11 +206,13 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
     from keras_transformer_runtime.run_tokenizer import is_marian_run
 
     if is_marian_run(directory):
-        module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory)
+        module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory,
+                                      max_output_ratio=max_output_ratio)
     else:
         with open(os.path.join(directory, VOCABULARY_FILE), "rb") as f:
             proto = f.read()
-        module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size)
+        module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size,
+                                      max_output_ratio=max_output_ratio)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def serve(texts):

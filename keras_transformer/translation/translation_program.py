@@ -182,15 +182,15 @@ def attention_kernels_for_export(model, platform):
 
 def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
                               no_repeat_ngram_size=3, n_best=None, cross_attention=False, beam_search="kept",
-                              early_stopping=False, max_new_tokens=None, quantize=None):
+                              early_stopping=False, max_new_tokens=None, quantize=None, max_output_ratio=None):
     """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         entry: the entry's folder (`ProgramCache.entry`).
         cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping, max_new_tokens:
-            as `Translator`'s.
+        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping, max_new_tokens,
+            max_output_ratio: as `Translator`'s.
         n_best, cross_attention: as `export_decoding_program`'s.
         quantize: None, or a Keras quantization mode ("int8", "int4"): the
             model is quantized so before its program is exported, and the
@@ -208,7 +208,7 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
                                                no_repeat_ngram_size=no_repeat_ngram_size, beam_search=beam_search,
                                                early_stopping=early_stopping, max_new_tokens=max_new_tokens,
-                                               quantize=quantize)
+                                               quantize=quantize, max_output_ratio=max_output_ratio)
     with phase("compile"):
         program = export_decoding_program(translator, n_best, cross_attention)
     with phase("write"):
@@ -219,7 +219,7 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
         name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
                             n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping,
-                            end_at_limit=translator.end_at_limit)
+                            end_at_limit=translator.end_at_limit, max_output_ratio=translator.max_output_ratio)
         cache.write(entry / name, bytes(program.serialize()))
     if refills_on_this_platform(beam_width, n_best):  # the same search, refilling (`load_compiled_translator`)
         with phase("compile"):
@@ -228,4 +228,5 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
             cache.write(entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
                                              translator.max_new_tokens, beam_search=beam_search,
                                              early_stopping=early_stopping, end_at_limit=translator.end_at_limit,
-                                             refill_slots=REFILL_SLOTS), bytes(program.serialize()))
+                                             refill_slots=REFILL_SLOTS, max_output_ratio=translator.max_output_ratio),
+                        bytes(program.serialize()))

@@ -18,6 +18,7 @@ from keras_transformer.decoding import n_best_search
 from keras_transformer.decoding import pooled_beam_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
+from keras_transformer_runtime.search_defaults import checked_output_ratio
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import COMPILED_CPU_BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import DEFAULT_BATCH_SIZE
@@ -96,6 +97,10 @@ class Translator(TextTranslator):
             penalty, as `generate` does for a model with a
             `forced_eos_token_id` (Marian's; the default, True), or not
             (False: NLLB-200's). `from_directory` takes the run's.
+        max_output_ratio: float >= 0, the cap on run-away output: a
+            sentence's translation writes at most `ratio * its source's ids
+            + OUTPUT_SLACK` tokens (`decoding.output_limit`); 0 turns it
+            off. None (the default): `search_defaults.DEFAULT_MAX_OUTPUT_RATIO`.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
@@ -121,7 +126,8 @@ class Translator(TextTranslator):
 
     def __init__(self, model, tokenizer, beam_width=DEFAULT_BEAM_WIDTH, length_penalty=None, max_new_tokens=None,
                  jit_compile="auto", no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
-                 batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False, end_at_limit=True):
+                 batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False, end_at_limit=True,
+                 max_output_ratio=None):
         if beam_search not in BEAM_SEARCHES:
             raise ValueError(f"beam_search must be one of {BEAM_SEARCHES}, got beam_search={beam_search!r}.")
         self.beam_search = beam_search
@@ -145,7 +151,8 @@ class Translator(TextTranslator):
             jit_compile = keras.backend.backend() in ("tensorflow", "jax")
         elif not isinstance(jit_compile, bool):
             raise ValueError(f'jit_compile must be "auto", True or False, got jit_compile={jit_compile!r}.')
-        self.decoder = CachedDecoder(model, jit_compile=jit_compile)
+        self.max_output_ratio = checked_output_ratio(max_output_ratio)
+        self.decoder = CachedDecoder(model, jit_compile=jit_compile, max_output_ratio=self.max_output_ratio)
         self.bucketed = compiles_loop(self.decoder)
         self.batch_size = resolve_batch_size(batch_size, self.bucketed)
         # A Marian tokenizer whose target has a table of its own counts each side's ids.
