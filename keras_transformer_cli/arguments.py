@@ -126,6 +126,16 @@ def _non_negative_float(text):
     return value
 
 
+def _regular_expression(text):
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {error}") from None
+    return text
+
+
 def _lora_targets(text):
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in LORA_TARGET_NAMES]
@@ -316,6 +326,9 @@ def add_sentence_arguments(parser):
                         help="cut a sentence longer than N tokens at its clauses (default: "
                              f"{TRAINED_RUN_SENTENCE_TOKENS} for a run trained here; the model's positions for an "
                              "imported run)")
+    parser.add_argument("--keep", type=_regular_expression, action="append", metavar="REGEX",
+                        help="copy every span matching REGEX into the translation as it is, never translated "
+                             "(repeatable); URLs, e-mail addresses, numbers and {name} / %%s placeholders always are")
 
 
 SEARCH_DEFAULTS_HELP = ("a run trained here: kept, beam 4, 0.6, the 3-gram guard; a run imported from Hugging Face: "

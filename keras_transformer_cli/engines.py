@@ -30,7 +30,8 @@ def translator(args):
 
 
 def with_sentence_flags(translator, args):
-    """`translator` splitting texts as `--no-sentence-splitting` and `--sentence-tokens` say (left out: the run's).
+    """`translator` splitting texts as `--no-sentence-splitting`, `--sentence-tokens` and `--keep` say (left out:
+    the run's).
 
     Example:
 
@@ -42,6 +43,8 @@ def with_sentence_flags(translator, args):
         translator.split_sentences = False
     if getattr(args, "sentence_tokens", None) is not None:
         translator.sentence_tokens = args.sentence_tokens
+    if getattr(args, "keep", None):
+        translator.keep_patterns = tuple(args.keep)
     return translator
 
 

@@ -101,8 +101,7 @@ class TextTranslator:
 
     _character_is_known = None
     parallel_batches = 1
-    # A lone sentence is padded like a batch of a few (one shape fewer to compile);
-    # an engine whose compiled shapes outlive the process may give it one row.
+    # A lone sentence is padded as a batch of a few (a shape fewer to compile); a cached engine may give it one row.
     lone_sentence_rows = SMALLEST_BATCH
     # The cores a call of one batch's sentences is split over (`batch_threads.parts_a_core`); 1: not split.
     batch_cores = 1
@@ -112,6 +111,7 @@ class TextTranslator:
     source_language = None
     # A sentence longer than this many tokens is cut at its clauses; None: longer than `max_length`.
     sentence_tokens = None
+    keep_patterns = ()  # regular expressions of spans kept as they are, beside `documents.kept_spans`' own
 
     def _source_tokens(self, texts):
         """The sources of `texts` as one padded batch (bucketed when `bucketed`)."""
@@ -270,11 +270,11 @@ class TextTranslator:
 
     def split_texts(self, texts):
         """Each of `texts` (a list of str) as a `documents.paragraphs.SplitText`: its sentences, split by the
-        rules of the run's source language, one longer than `sentence_tokens` tokens cut at its clauses."""
-        language = sentences.splitting_language(getattr(self.tokenizer, "source_language", None)
-                                                or self.source_language)
-        limit = min(self.sentence_tokens or self.max_length, self.max_length)
-        return paragraphs.split_texts(texts, language, sentences.within_tokens(self.tokenizer, limit))
+        rules of the run's source language, one longer than `sentence_tokens` tokens cut at its clauses, and
+        cut around the spans kept as they are (`documents.kept_spans`, and `keep_patterns`)."""
+        language = sentences.splitting_language(getattr(self.tokenizer, "source_language", 0) or self.source_language)
+        fits = sentences.within_tokens(self.tokenizer, min(self.sentence_tokens or self.max_length, self.max_length))
+        return paragraphs.split_texts(texts, language, fits, self.keep_patterns)
 
     def n_best(self, texts, n, progress=None, alignments=False, alignment_layer=ALIGNMENT_LAYER, warn=True,
                split_sentences=None):

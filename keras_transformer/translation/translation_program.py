@@ -189,8 +189,8 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
         run_directory: the `--output` folder of `keras-transformer train`.
         entry: the entry's folder (`ProgramCache.entry`).
         cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping, max_new_tokens,
-            max_output_ratio: as `Translator`'s.
+        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping: as `Translator`'s.
+        max_new_tokens, max_output_ratio: as `Translator`'s.
         n_best, cross_attention: as `export_decoding_program`'s.
         quantize: None, or a Keras quantization mode ("int8", "int4"): the
             model is quantized so before its program is exported, and the

@@ -29,6 +29,8 @@ import numpy as np
 
 from keras_transformer_runtime.alignment import END_PIECE
 from keras_transformer_runtime.alignment import word_of_each_piece
+from keras_transformer_runtime.documents.kept_spans import keep_pattern
+from keras_transformer_runtime.documents.kept_spans import kept_spans
 from keras_transformer_runtime.documents.sentences import FALLBACK_LANGUAGE
 from keras_transformer_runtime.documents.sentences import cut_to_fit
 from keras_transformer_runtime.documents.sentences import sentence_spans
@@ -46,6 +48,8 @@ class SplitText:
         spans: tuple of `(start, end)`, each unit's characters in `text`.
         prefix: a target-language token (`">>fra<< "`) put before each unit, or `""`.
         cut: how many of its sentences were longer than the model takes and cut at clauses.
+        kept: the indices of `spans` copied into the translation as they are,
+            never translated (`documents.kept_spans`).
 
     Example:
 
@@ -58,19 +62,26 @@ class SplitText:
     spans: tuple
     prefix: str = ""
     cut: int = 0
+    kept: tuple = ()
 
     def units(self):
         """The strings to translate: the text itself when it is one sentence, else each unit with the prefix."""
-        if len(self.spans) == 1 and not self.cut:
+        if len(self.spans) == 1 and not self.cut and not self.kept:
             return [self.text]
-        return [self.prefix + self.text[start:end] for start, end in self.spans]
+        return [self.prefix + self.text[start:end] for i, (start, end) in enumerate(self.spans) if i not in self.kept]
+
+    def with_kept(self, translated, kept):
+        """Every span's part in order: the next of `translated` (an iterator) for a translated span, `kept(text)`
+        for a kept one."""
+        return [kept(self.text[start:end]) if i in self.kept else next(translated)
+                for i, (start, end) in enumerate(self.spans)]
 
     def gaps(self):
         """The source's characters between consecutive units (whitespace, or `""` in scripts without spaces)."""
         return [self.text[end:start] for (_, end), (start, _) in zip(self.spans, self.spans[1:])]
 
 
-def split_texts(texts, language=FALLBACK_LANGUAGE, fits=None):
+def split_texts(texts, language=FALLBACK_LANGUAGE, fits=None, keep=()):
     """Each of `texts` as a `SplitText`: its sentences, cut at clauses where `fits` refuses one.
 
     Args:
@@ -78,6 +89,8 @@ def split_texts(texts, language=FALLBACK_LANGUAGE, fits=None):
         language: the segmenter's language (`sentences.splitting_language`).
         fits: callable, str -> bool, whether the model takes a unit whole
             (its tokens within the model's positions); None: every sentence fits.
+        keep: regular expressions of spans copied as they are, beside the
+            defaults (`kept_spans.keep_pattern`); each sentence is cut around them.
 
     Returns:
         A list of `SplitText`, one a text; a blank text has no units.
@@ -87,18 +100,23 @@ def split_texts(texts, language=FALLBACK_LANGUAGE, fits=None):
     >>> [split.units() for split in split_texts(["Sea la luz. Y fue la luz.", "  ", "Hola."], "es")]
     [['Sea la luz.', 'Y fue la luz.'], [], ['Hola.']]
     """
-    split = []
+    split, pattern = [], keep_pattern(keep)
     for text in texts:
         code, rest = split_language_code(text)
         offset = len(code)
-        spans, cut = [], 0
+        spans, cut, kept = [], 0, []
         for start, end in sentence_spans(rest, language):
-            span = (start + offset, end + offset)
-            pieces = [span] if fits is None else cut_to_fit(text, span, lambda piece: fits(code + " " + piece
-                                                                                           if code else piece))
-            cut += len(pieces) > 1
-            spans.extend(pieces)
-        split.append(SplitText(text, tuple(spans), f"{code} " if code else "", cut))
+            sentence = (start + offset, end + offset)
+            for start, end, keeps in kept_spans(text, sentence, pattern):
+                if keeps:
+                    kept.append(len(spans))
+                    spans.append((start, end))
+                    continue
+                pieces = [(start, end)] if fits is None else cut_to_fit(
+                    text, (start, end), lambda piece: fits(code + " " + piece if code else piece))
+                cut += len(pieces) > 1
+                spans.extend(pieces)
+        split.append(SplitText(text, tuple(spans), f"{code} " if code else "", cut, tuple(kept)))
     return split
 
 
@@ -108,19 +126,18 @@ def units(split):
 
 
 def join_texts(split, translations):
-    """One translation a text: its units' `translations` (in `units` order) joined with its own whitespace.
+    """One translation a text: its units' `translations` (in `units` order) joined with its own whitespace,
+    each kept span where it was.
 
     Example:
 
-    >>> split = split_texts(["Sea la luz.\\nY fue la luz.", "", "Hola."], "es")
-    >>> join_texts(split, ["Let there be light.", "And there was light.", "Hello."])
-    ['Let there be light.\\nAnd there was light.', '', 'Hello.']
+    >>> split = split_texts(["Sea la luz.\\nY fue la luz.", "", "Hola en www.acme.es."], "es")
+    >>> join_texts(split, ["Let there be light.", "And there was light.", "Hello at"])
+    ['Let there be light.\\nAnd there was light.', '', 'Hello at www.acme.es.']
     """
-    joined, start = [], 0
+    joined, translated = [], iter(translations)
     for text in split:
-        parts = translations[start:start + len(text.spans)]
-        start += len(text.spans)
-        joined.append(_joined(parts, text.gaps())[0])
+        joined.append(_joined(text.with_kept(translated, lambda kept: kept), text.gaps(), text.kept)[0])
     return joined
 
 
@@ -137,18 +154,28 @@ def join_translations(split, translations, alignments=False):
         A list of `Translation`, one a text, its `source` the text as given.
         A text of one unit gets that unit's `Translation` unchanged.
     """
-    joined, start = [], 0
+    joined, translated = [], iter(translations)
     for text in split:
-        parts = translations[start:start + len(text.spans)]
-        start += len(text.spans)
-        if not parts:
+        given = [next(translated) for _ in range(len(text.spans) - len(text.kept))]
+        if not text.spans:
             empty = Hypothesis("", 0.0, 0.0, **({"alignment": (), "attention": ()} if alignments else {}))
             joined.append(Translation(text.text, (empty,), () if alignments else None))
-        elif len(parts) == 1 and not text.cut:
-            joined.append(dataclasses.replace(parts[0], source=text.text))
+        elif len(text.spans) == 1 and not text.cut and not text.kept:
+            joined.append(dataclasses.replace(given[0], source=text.text))
         else:
-            joined.append(_joined_translation(text, parts))
+            hypotheses = max((len(part.hypotheses) for part in given), default=1)
+            joined.append(_joined_translation(text, text.with_kept(
+                iter(given), lambda kept: _kept_translation(kept, hypotheses, alignments))))
     return joined
+
+
+def _kept_translation(text, hypotheses, alignments):
+    """The `Translation` of a kept span: itself, `hypotheses` times, scored 0, each word aligned to itself."""
+    pieces = tuple("▁" + word for word in text.split())
+    links = tuple((i, i) for i in range(len(pieces))) if alignments else None
+    attention = tuple(tuple(float(i == j) for j in range(len(pieces))) for i in range(len(pieces)))
+    hypothesis = Hypothesis(text, 0.0, 0.0, pieces, (0.0,) * len(pieces), links, attention if alignments else None)
+    return Translation(text, (hypothesis,) * hypotheses, pieces if alignments else None)
 
 
 def _joined_translation(text, parts):
@@ -168,7 +195,7 @@ def _joined_translation(text, parts):
 
 def _joined_hypothesis(text, hypotheses, sources):
     """The hypothesis of `text` made of one hypothesis a unit (`sources`: each unit's source pieces)."""
-    joined, target_spans = _joined([hypothesis.text for hypothesis in hypotheses], text.gaps())
+    joined, target_spans = _joined([hypothesis.text for hypothesis in hypotheses], text.gaps(), text.kept)
     fields = dict(
         text=joined,
         score=float(sum(hypothesis.score for hypothesis in hypotheses)),
@@ -185,12 +212,13 @@ def _joined_hypothesis(text, hypotheses, sources):
     return Hypothesis(**fields)
 
 
-def _joined(parts, gaps):
-    """`(text, spans)`: `parts` joined by `gaps`, and each part's span in the text (an empty part adds no gap)."""
+def _joined(parts, gaps, kept=()):
+    """`(text, spans)`: `parts` joined by `gaps`, and each part's span in the text (an empty part adds no gap);
+    beside a `kept` part the source's gap is copied as it is (`www.acme.es` and its `.`)."""
     text, spans = "", []
     for i, part in enumerate(parts):
         if part and text:
-            text += _gap(gaps[i - 1], text, part)
+            text += gaps[i - 1] if i in kept or i - 1 in kept else _gap(gaps[i - 1], text, part)
         spans.append((len(text), len(text) + len(part)))
         text += part
     return text, spans
