@@ -113,11 +113,13 @@ def build_parser():
                                 "a one-line error naming the line and byte on stderr, exit status 1), or replace "
                                 "the bad bytes by U+FFFD and translate it (counted on stderr)")
     translate.add_argument("--input", metavar="FILE",
-                           help="translate a document file: plain text (paragraphs, blank lines and line breaks "
-                                "kept) or SubRip .srt (cue numbers and timings kept), by its extension")
+                           help="translate a document file, its structure kept, by its extension: plain text "
+                                "(paragraphs, blank lines, line breaks), SubRip .srt (cue numbers, timings), HTML "
+                                "(.html, .htm: every tag and attribute; inline tags follow their words) or Markdown "
+                                "(.md: code, link targets, images)")
     translate.add_argument("--output", metavar="FILE", help="with --input: where the translation goes (default: "
                                                             "stdout); written as it goes")
-    translate.add_argument("--input-format", choices=("txt", "srt"),
+    translate.add_argument("--input-format", choices=("txt", "srt", "html", "md"),
                            help="with --input: the kind of document, whatever its extension")
     translate.add_argument("text", nargs="*", help="sentences to translate (default: stdin, one line each, "
                                                   "each answered as it arrives)")

@@ -28,6 +28,7 @@ def translate_file(args, out, translator_of):
 
     >>> translate_file(args, sys.stdout, engines.translator)  # doctest: +SKIP
     """
+    from keras_transformer_runtime.documents.files import UNITS
     from keras_transformer_runtime.documents.files import document_units
     from keras_transformer_runtime.documents.files import file_kind
     from keras_transformer_runtime.documents.files import read_document
@@ -47,21 +48,36 @@ def translate_file(args, out, translator_of):
     kind = file_kind(args.input, args.input_format)
     text = read_document(args.input)
     units = document_units(text, kind, args.input)
+    args.alignments = kind == "html"  # HTML's inline tags follow the words they cover through the alignments
     translator = translator_of(args)
     codes = getattr(getattr(translator, "tokenizer", None), "language_codes", None)
     split = None if args.split_sentences else False
+    keep_patterns = getattr(translator, "keep_patterns", ())
 
-    def translate(texts):
+    def with_language(texts):
+        if codes and not hasattr(translator.tokenizer, "forced_first_id"):
+            return with_target_language(texts, codes, args.target_language)
+        return texts
+
+    def translate(texts, keep=()):
+        translator.keep_patterns = keep_patterns + tuple(keep)  # Markdown's inline syntax, kept as it is
+        try:
+            with phase("work"):
+                return translator(with_language(texts), split_sentences=split, warn=False)
+        finally:
+            translator.keep_patterns = keep_patterns
+
+    def aligned(texts):
         with phase("work"):
-            if codes and not hasattr(translator.tokenizer, "forced_first_id"):
-                texts = with_target_language(texts, codes, args.target_language)
-            return translator(texts, split_sentences=split, warn=False)
+            translations = translator.n_best(with_language(texts), 1, alignments=True, warn=False,
+                                             split_sentences=split)
+        return [(translation.hypotheses[0].text, translation.hypotheses[0].alignment) for translation in translations]
 
-    what = "paragraphs" if kind == "txt" else "cues"
+    what = UNITS[kind]
     target = open(args.output, "w", encoding="utf-8", newline="") if args.output else out
     try:
         with _progress(units, what) as bar:
-            done = write_translated_document(text, kind, translate, target, bar.update, args.input)
+            done = write_translated_document(text, kind, translate, target, bar.update, args.input, aligned)
     finally:
         if args.output:
             target.close()

@@ -82,8 +82,9 @@ def test_an_interrupted_translation_keeps_what_it_had_written(tmp_path):
 
 def test_the_kind_comes_from_the_extension_and_markup_not_read_yet_is_refused():
     assert file_kind("a.srt") == "srt" and file_kind("notes") == "txt" and file_kind("a.html", "txt") == "txt"
+    assert file_kind("page.HTM") == "html" and file_kind("notes.markdown") == "md"
     with pytest.raises(UserInputError, match="not translated with their markup yet; --input-format txt"):
-        file_kind("page.html")
+        file_kind("letter.docx")
     with pytest.raises(UserInputError, match="--input-format"):
         file_kind("data.xyz")
 

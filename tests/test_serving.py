@@ -353,7 +353,7 @@ def test_the_openapi_description_covers_every_route_and_field():
     translate = document["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(translate["properties"]) == {"model", "text", "beam", "n_best", "max_new_tokens", "alignments",
                                             "attention_weights", "token_scores", "target_language", "source_language",
-                                            "sentence_splitting"}
+                                            "sentence_splitting", "format"}
 
 
 def _json_values():

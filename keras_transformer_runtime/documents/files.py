@@ -1,25 +1,35 @@
-"""A document file translated into another of its kind: plain text or SubRip, read, checked and written in pieces.
+"""A document file translated into another of its kind: plain text, SubRip, HTML or Markdown, read, checked, written.
 
 The kind comes from the file's extension (`KINDS`) or is named. The output
-is written piece by piece as the translation goes (a chunk of paragraphs or
-cues at a time, flushed), so an interrupted run keeps what it had written.
+is written piece by piece as the translation goes (a chunk of paragraphs,
+cues or blocks at a time, flushed), so an interrupted run keeps what it had
+written; an HTML page is written whole at the end (it is well formed only
+whole).
 """
 
 import os
 
+from keras_transformer_runtime.documents.html_text import HtmlError
+from keras_transformer_runtime.documents.html_text import html_passages
+from keras_transformer_runtime.documents.html_text import translate_html
+from keras_transformer_runtime.documents.markdown_text import markdown_units
+from keras_transformer_runtime.documents.markdown_text import translate_markdown
 from keras_transformer_runtime.documents.plain_text import paragraph_spans
 from keras_transformer_runtime.documents.plain_text import translate_plain_text
 from keras_transformer_runtime.documents.subtitles import read_cues
 from keras_transformer_runtime.documents.subtitles import translate_subtitles
 from keras_transformer_runtime.errors import UserInputError
 
-KINDS = {".txt": "txt", ".text": "txt", ".srt": "srt"}
+KINDS = {".txt": "txt", ".text": "txt", ".srt": "srt", ".html": "html", ".htm": "html", ".xhtml": "html",
+         ".md": "md", ".markdown": "md"}
 # Kinds whose markup a plain-text translation would mangle: refused by their extension until they are read.
-NOT_YET = (".html", ".htm", ".xhtml", ".md", ".markdown", ".docx", ".odt", ".epub", ".pdf", ".vtt")
+NOT_YET = (".docx", ".odt", ".epub", ".pdf", ".vtt")
+# What a progress bar counts in each kind.
+UNITS = {"txt": "paragraphs", "srt": "cues", "html": "passages", "md": "blocks"}
 
 
 def file_kind(path, kind=None):
-    """`"txt"` or `"srt"`: `kind` if given, else by `path`'s extension (a file without one is plain text).
+    """`"txt"`, `"srt"`, `"html"` or `"md"`: `kind` if given, else by `path`'s extension (none: plain text).
 
     Raises:
         UserInputError: an extension of a kind not read yet, or one that is not known.
@@ -28,6 +38,8 @@ def file_kind(path, kind=None):
 
     >>> file_kind("notes.txt"), file_kind("film.SRT"), file_kind("README"), file_kind("page.html", "txt")
     ('txt', 'srt', 'txt', 'txt')
+    >>> file_kind("index.htm"), file_kind("README.md")
+    ('html', 'md')
     """
     if kind is not None:
         return kind
@@ -60,22 +72,31 @@ def read_document(path):
 
 
 def document_units(text, kind, name="the document"):
-    """How many units a progress bar counts in `text`: paragraphs (plain text) or cues (SubRip).
+    """How many units (`UNITS`) a progress bar counts in `text`: paragraphs, cues, HTML passages, Markdown blocks.
 
     Raises:
-        UserInputError: a SubRip document that is not SubRip.
+        UserInputError: a SubRip document that is not SubRip, or HTML that cannot be read.
     """
+    if kind == "html":
+        try:
+            return len(html_passages(text))
+        except HtmlError as error:
+            raise UserInputError(f"{name}: {error}") from None
+    if kind == "md":
+        return markdown_units(text)
     return len(paragraph_spans(text)) if kind == "txt" else len(read_cues(text, name))
 
 
-def translate_document(text, kind, translate, name="the document"):
+def translate_document(text, kind, translate, name="the document", aligned=None):
     """`text` translated as a document of `kind`; yields `(piece, units)` as `translate_plain_text` does.
 
     Args:
         text: str, the whole document.
-        kind: `"txt"` or `"srt"`.
-        translate: callable, a list of texts -> their translations (a translator).
+        kind: `"txt"`, `"srt"`, `"html"` or `"md"`.
+        translate: callable, a list of texts -> their translations (a translator); for Markdown also given
+            `keep=` (regular expressions of spans kept as they are, `TextTranslator.keep_patterns`).
         name: what to call the document in an error.
+        aligned: for HTML, callable, a list of texts -> one `(translation, alignment)` a text.
 
     Example:
 
@@ -84,17 +105,21 @@ def translate_document(text, kind, translate, name="the document"):
     """
     if kind == "srt":
         return translate_subtitles(text, translate, name)
+    if kind == "html":
+        return translate_html(text, aligned)
+    if kind == "md":
+        return translate_markdown(text, translate)
     return translate_plain_text(text, translate)
 
 
-def write_translated_document(text, kind, translate, out, progress=None, name="the document"):
+def write_translated_document(text, kind, translate, out, progress=None, name="the document", aligned=None):
     """Translates `text` into the open text file `out`, piece by piece, each flushed; `progress(units)` after each.
 
     Returns:
-        The units (paragraphs or cues) translated.
+        The units (`UNITS`) translated.
     """
     done = 0
-    for piece, units in translate_document(text, kind, translate, name):
+    for piece, units in translate_document(text, kind, translate, name, aligned):
         out.write(piece)
         out.flush()
         done += units

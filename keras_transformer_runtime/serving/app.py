@@ -219,13 +219,19 @@ async def _translate(request, state):
         if parsed.languages[:1] == (AUTO_SOURCE,):
             sources, detected_refusals = await _detected_sources(state.models[model], parsed.texts)
             refused.update(detected_refusals)
-        results = await _translated_by_source(state, parsed.model, setting, parsed.texts, sources, refused)
+        if parsed.format == "html":
+            pages = await _translated_pages(state, parsed.model, setting, parsed.texts, refused)
+        else:
+            results = await _translated_by_source(state, parsed.model, setting, parsed.texts, sources, refused)
     except RequestError as error:
         return _counted(state, "translate", model, _error(error.status, str(error), _retry_after(error)))
     answers = []
     for i, (text, text_warnings) in enumerate(zip(parsed.texts, parsed.text_warnings)):
         if i in refused:  # a text the model cannot take: its own error beside the others' translations
             answers.append({"source": text, "error": refused[i]})
+            continue
+        if parsed.format == "html":
+            answers.append({"source": text, "hypotheses": [pages[i]], "format": "html"})
             continue
         result = results[i]
         translation = dataclasses.replace(result, hypotheses=result.hypotheses[: parsed.n_best],
@@ -258,6 +264,34 @@ async def _translated_by_source(state, name, setting, texts, sources, refused):
     translated = await asyncio.gather(*(_translations(state, name, settings[source], [texts[i] for i in group])
                                         for source, group in groups.items()))
     return {i: result for group, results in zip(groups.values(), translated) for i, result in zip(group, results)}
+
+
+async def _translated_pages(state, name, setting, texts, refused):
+    """`{index: hypothesis}` of each HTML page not refused (`documents.html_text`: its passages translated
+    together with their alignments, the markup put back); a page lxml cannot read is added to `refused`."""
+    from keras_transformer_runtime.documents.html_text import HtmlError
+    from keras_transformer_runtime.documents.html_text import html_passages
+    from keras_transformer_runtime.documents.html_text import translate_html
+
+    passages = {}
+    for i, text in enumerate(texts):
+        try:
+            if i not in refused:
+                passages[i] = html_passages(text)
+        except HtmlError as error:
+            refused[i] = str(error)
+    given = [passage for page in passages.values() for passage in page]
+    translated = iter(await _translations(state, name, dataclasses.replace(setting, alignments=True), given)
+                      if given else ())
+    pages = {}
+    for i, page in passages.items():
+        hypotheses = [next(translated).hypotheses[0] for _ in page]
+        answers = iter((hypothesis.text, hypothesis.alignment) for hypothesis in hypotheses)
+        html = "".join(piece for piece, _ in translate_html(texts[i], lambda chunk: [next(answers) for _ in chunk]))
+        scores = [hypothesis.score for hypothesis in hypotheses]
+        pages[i] = {"text": html, "score": float(sum(scores)),
+                    "normalized_score": float(sum(h.normalized_score for h in hypotheses) / max(len(page), 1))}
+    return pages
 
 
 async def _predict(request, state, name):

@@ -21,6 +21,7 @@ _FIELD_SCHEMAS = {
     "target_language": {"type": "string"},
     "source_language": {"type": "string"},
     "sentence_splitting": {"type": "boolean", "default": True},
+    "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
 }
 _HYPOTHESIS = {"type": "object", "required": ["text", "score", "normalized_score"], "properties": {
     "text": {"type": "string"},
@@ -44,6 +45,7 @@ _TRANSLATION = {"type": "object", "required": ["source", "hypotheses"], "propert
     "warnings": {"type": "array", "items": {"type": "string"}},
     "source_language": {"type": "string", "description": "the language detected (a request's "
                                                          "`source_language`: `auto`)"},
+    "format": {"type": "string", "description": "`html` for a page translated with its markup"},
 }}
 _REFUSED = {"type": "object", "required": ["source", "error"], "properties": {
     "source": {"type": "string"},

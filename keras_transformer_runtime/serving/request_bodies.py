@@ -34,6 +34,9 @@ TRANSLATE_FIELDS = {
                        "each text's own, detected (its answer says which: `source_language`)",
     "sentence_splitting": "split each text into sentences, translate them together and put them back with the "
                           "text's own whitespace (default true); false hands each text to the model whole",
+    "format": "`text` (the default), or `html`: each text an HTML page or fragment, answered with its markup kept "
+              "(tags, attributes, entities; inline tags carried to the words they cover); one hypothesis, no "
+              "alignments or token scores",
 }
 SIGNATURE_NAME = "serving_default"
 SIGNATURE_INPUT = "texts"
@@ -69,6 +72,7 @@ class TranslateRequest:
     languages: tuple = ()
     max_new_tokens: object = None
     split_sentences: bool = True
+    format: str = "text"
     # `(index, reason)` of each text the model cannot take: answered with its error, the others translated.
     refused: tuple = ()
 
@@ -136,6 +140,14 @@ def parse_translate(body, models, max_texts):
     flags = {name: _boolean(value, name) for name in ("alignments", "attention_weights", "token_scores")}
     flags["alignments"] = flags["alignments"] or flags["attention_weights"]
     flags["split_sentences"] = _boolean(value, "sentence_splitting", True)
+    flags["format"] = value.get("format", "text")
+    if flags["format"] not in ("text", "html"):
+        raise RequestError(400, f"'format' must be \"text\" or \"html\", not {flags['format']!r:.40}")
+    if flags["format"] == "html" and (n_best > 1 or flags["alignments"] or flags["token_scores"]):
+        raise RequestError(400, "'format': 'html' answers one translation a page: no 'n_best' above 1, "
+                                "'alignments', 'attention_weights' or 'token_scores'")
+    if flags["format"] == "html" and value.get("source_language") == "auto":
+        raise RequestError(400, "'format': 'html' takes a named 'source_language', not 'auto'")
     source_language, target_language = (value.get(f"{side}_language") for side in ("source", "target"))
     for side, language in (("source", source_language), ("target", target_language)):
         if language is not None and not isinstance(language, str):
