@@ -2,8 +2,8 @@
 
 Timings and defaults depend on these facts: `keras-transformer train`
 picks its preset, and the `Translator` its batch size, by whether an
-accelerator is present; a CPU with AVX-512 ran the default training about
-2.2x as fast as one without (docs/measured.md), so every timing names the
+accelerator is present; a CPU with AVX-512 ran the default training much
+faster than one without (docs/measured.md), so every timing names the
 CPU it was measured on, with the instruction sets that change speed.
 Training, decoding, the command line and the benchmarks read them here.
 """

@@ -3,10 +3,10 @@
 `model.quantize(mode)` replaces the float kernels of every Keras `Dense`
 and `Embedding` in the model (this package's projections and token
 embeddings included) by integer ones with per-channel scales. Measured on
-the README's default model (docs/keras-workflows.md): int8 keeps the test
-BLEU (29.57 against 29.33, beam 4), stores a quarter of the bytes and
-decodes 1.07x-1.18x faster where the decoding loop is compiled
-(TensorFlow, JAX), but 0.66x as fast in eager torch (one run each).
+the README's default model (docs/keras-workflows.md, "Quantization"): int8
+keeps the test BLEU, stores a quarter of the bytes and decodes faster
+where the decoding loop is compiled (TensorFlow, JAX), but slower in eager
+torch.
 """
 
 import contextlib
@@ -49,9 +49,10 @@ def collected_once():
 
     Keras' `Layer.__delattr__` collects garbage after every variable a layer
     drops, so that device buffers go at once; `quantize` drops each float
-    kernel. With TensorFlow, JAX and torch imported a collection costs about
-    0.3 s on a CPU (more as a process grows): 5.4 s of the 5.6 s that
-    quantizing a one-layer model took. One collection at the end frees the
+    kernel. With TensorFlow, JAX and torch imported each collection is slow
+    (more so as a process grows), and they were nearly all the time that
+    quantizing a one-layer model took (benchmarks/findings/decoding.md,
+    "Keras' int8 and int4"). One collection at the end frees the
     same memory. Other threads' collections inside it are put off too.
 
     Example:

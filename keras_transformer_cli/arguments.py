@@ -33,9 +33,8 @@ TRAINED_RUN_SENTENCE_TOKENS = 32
 # keras_transformer.quantization.MODES (a test checks they agree).
 KERAS_QUANTIZATIONS = ("int8", "int4")
 QUANTIZE_HELP = ("quantize the model with Keras after loading it: int8 keeps BLEU at a quarter of the weights' "
-                 "bytes; on the compiled engine a step of a model of opus-mt's shape takes 0.70-0.96x float32's "
-                 "time on a 2-core CPU, and the Keras engine is slower on torch; int4 costs about 0.6 BLEU "
-                 "(docs/keras-workflows.md)")
+                 "bytes and decodes faster on the compiled engine, slower on the Keras engine on torch; int4 "
+                 "costs some BLEU (see docs/translating.md and docs/keras-workflows.md)")
 TARGET_LANGUAGE_HELP = ("a multi-target model's language to write (fra: >>fra<< before each sentence without a "
                         "code of its own; an NLLB-200 run: eng_Latn; an M2M-100 run: en); such a model refuses a "
                         "sentence without one")
@@ -54,13 +53,10 @@ After two virtual epochs the run logs how long it should take in all.
 The default preset is tiny: 2+2 layers, d_model 128, 4 heads,
 feed-forward 512, a 4,000-piece vocabulary, 1.95 M parameters. Its
 training fits the hardware:
-  on a CPU, 16 x 100 steps of about 4,096 tokens a side: 7 to 12 min on
-    a 2-core AMD EPYC with AVX-512 (7.7 min on a quiet day), about 25 min
-    on one without AVX-512; test BLEU 29.33 (beam 4, 2 references).
-  on a GPU, 12 x 250 steps of about 8,192 tokens a side in bfloat16:
-    1.9 min from the command to the saved model on one H200 (JAX);
-    test BLEU 35.22, held-out 24.49 (beam 4, 2 references). base
-    (6+6 layers, d_model 512) trains with --preset base.
+  on a CPU, 16 x 100 steps of about 4,096 tokens a side;
+  on a GPU, 12 x 250 steps of about 8,192 tokens a side in bfloat16.
+How long that takes and what it scores, per machine: see docs/training.md.
+base (6+6 layers, d_model 512) trains with --preset base.
 """
 TRANSLATE_DESCRIPTION = """\
 Translates each argument, or each line of stdin as it arrives, with a run

@@ -48,9 +48,9 @@ def train(args, out):
 def _keep_compiled_steps():
     """On JAX, XLA's code of the training steps goes to the program cache's folder, for the next `train`.
 
-    Compiling was 99 of the 158 s of the GPU default's `train` on an H100
-    (2026-11-27: 14.6 s a batch shape for the training step); a run of the
-    same model size on the same machine then loads the code instead. Every
+    Compiling was most of the GPU default's first `train`
+    (benchmarks/findings/gpu.md, "The user's wait"); a run of the same
+    model size on the same machine then loads the code instead. Every
     program is kept: the steps compiled ahead (`compile_ahead`) reach `fit`
     only through the cache.
     """

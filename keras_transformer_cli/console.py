@@ -1,11 +1,11 @@
 """The `keras-transformer` console script: `main`, and after `translate` an exit without the interpreter's teardown.
 
 Once `translate` has flushed its output the process has nothing left to do,
-but a normal exit tears down JAX, XLA and every imported module first:
-about 0.2 s of a one-sentence call that takes 1.2-1.4 s in all (farm-bench,
-README's model, 2-core AMD EPYC, 2026-11-27: 0.84x the wall time, paired
-medians of 7). `os._exit` skips that teardown (and `atexit` handlers, of
-which `translate` needs none: its files are written and closed by then).
+but a normal exit tears down JAX, XLA and every imported module first, a
+noticeable part of a one-sentence call (benchmarks/findings/decoding.md,
+"The compiled engine on a CPU"). `os._exit` skips that teardown (and
+`atexit` handlers, of which `translate` needs none: its files are written
+and closed by then).
 Other verbs keep the normal exit: `train` and `serve` may still hold
 threads and writers that a teardown closes.
 """

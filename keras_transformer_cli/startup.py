@@ -114,7 +114,7 @@ def choose_import_backend(args):
 
     The run folder is the same whatever the backend, and JAX writes it
     fastest: TensorFlow traces the model into a graph first, torch takes
-    longer to import (benchmarks/results/cpu-import-wait). Like
+    longer to import (docs/pretrained.md, "What an import costs"). Like
     `translate`'s compiled engine, this is whatever KERAS_BACKEND says.
     """
     if args.command == "import" and "keras" not in sys.modules and importable("jax"):

@@ -2,7 +2,8 @@
 
 What `keras-transformer translate` needs from the second call on, kept
 apart from `keras_transformer` (whose import loads Keras and its backend,
-1.5 to 4 s): the special token ids, the SentencePiece tokenizer, the
+seconds of a call: docs/translating.md, "Where the time goes"): the special
+token ids, the SentencePiece tokenizer, the
 translators' text front end, and the cache of compiled decoding programs
 that JAX runs (`compiled_translator`). `keras_transformer` builds on these;
 nothing here imports Keras.

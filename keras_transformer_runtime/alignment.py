@@ -41,7 +41,7 @@ END_PIECE = "</s>"
 # The cross-attention the alignments read: the mean of the decoder layers,
 # whose links agreed most often with the names and numbers a source and its
 # translation share, on the splits of the shipped corpus that training never
-# sees (benchmarks/results/cpu-alignment-layers/results.md).
+# sees (docs/alignments.md).
 ALIGNMENT_LAYER = "mean"
 
 

@@ -1,14 +1,13 @@
 """Batches decoded side by side, one a thread: how a compiled engine fills a CPU's cores.
 
 XLA's CPU code for one decoding step of a small model is a chain of small
-operations that mostly run on one core: on the README's model, 2-core CPU,
-a beam-4 pass over the test split kept 1.25 cores busy. Two batches on two
-threads ran it in 2.75 s against 4.3 s one after the other, the tokens
-unchanged. A third thread helps too, likely by filling the moments a core
-waits on the host (Python between batches): 3 batches at a time ran beam 4 at 265-269
-sentences/s against 231-235 for 2, greedy at 745-753 against 662-716, and
-4 no faster than 3 (benchmarks/results/cpu-beam-step-changes). `in_order`
-runs them so and gives the results back in order.
+operations that mostly run on one core: on the README's model a beam-4
+pass over the test split kept little more than one core busy. Batches on
+threads of their own, one a core, ran it much faster, the tokens
+unchanged. A batch more than the cores helps too, likely by filling the
+moments a core waits on the host (Python between batches); more than that
+did not (benchmarks/findings/decoding.md, "The compiled engine on a CPU").
+`in_order` runs them so and gives the results back in order.
 """
 
 import collections
@@ -108,12 +107,11 @@ def batch_cores(weight_bytes, parallel_batches):
     """The cores a compiled engine on a CPU splits a call of one batch's sentences over (`parts_a_core`).
 
     One a usable core, up to `parallel_batches`, where the weights take at
-    most `BATCH_A_CORE_MAX_WEIGHT_BYTES`; else 1, the call whole. On a
-    2-core Xeon (benchmarks/results/cpu-xeon-amx/batch-a-core), calls of a
-    batch's sentences ran 1.41x / 1.71x faster (greedy / beam 4) split on
-    the README's model (8 MiB of weights), 1.30x / 1.59x on `small` (37 MiB),
-    1.24x / 1.31x at opus-mt-es-en's shape in int8 (75 MiB), and 0.93x /
-    0.89x at that shape in float32 (296 MiB).
+    most `BATCH_A_CORE_MAX_WEIGHT_BYTES`; else 1, the call whole. Calls of
+    a batch's sentences ran faster split on the README's model, on `small`
+    and at opus-mt-es-en's shape in int8, and slower at that shape in
+    float32, whose step is bound by reading its weights
+    (benchmarks/findings/decoding.md, "A call of a few sentences").
 
     Args:
         weight_bytes: int, the bytes of the program's weights.
@@ -137,10 +135,9 @@ def parts_a_core(count, batch_size, cores):
 
     One batch would run on one thread, its products spread over the cores
     by XLA; parts side by side on their own threads keep each core on its
-    own rows. At opus-mt-es-en's shape, int8, 2 cores: 8 greedy sentences
-    as 2 batches of 4 took 8.26 against 9.76 ms a step as one batch of 8,
-    and 4 beam-4 sentences as 2 of 2, 16.15 against 19.61
-    (benchmarks/results/cpu-xeon-amx/engine-batch-a-core).
+    own rows: at opus-mt-es-en's shape in int8 a step of the parts took
+    less time than one of the whole batch, greedy and beam 4
+    (benchmarks/findings/decoding.md, "On a CPU with AVX-512 and AMX").
 
     Args:
         count: int, the call's sentences (after blank ones are left out).

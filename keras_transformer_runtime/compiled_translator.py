@@ -7,9 +7,9 @@ length, and writes it with the weights into a `ProgramCache` entry.
 `load_compiled_translator` reads them back and returns a
 `CompiledTranslator`: the `TextTranslator` front end on that program. XLA's
 compiled code goes to the cache too (JAX's persistent compilation cache),
-so a second process neither imports Keras nor compiles: on the README's
-model on a 2-core CPU, one sentence in about a second instead of five to
-ten (docs/translating.md, "Where the time goes").
+so a second process neither imports Keras nor compiles: one sentence
+takes a fraction of the Keras engine's time (docs/translating.md, "Where
+the time goes").
 
 The program is the one `Translator` compiles on the JAX backend, traced
 from the same code, so it gives the same tokens for the same batches.
@@ -51,9 +51,8 @@ SETTINGS_FILE = "settings.json"
 DEFAULT_LENGTH_PENALTY = 0.6
 # Sentences a batch of a beam program (`batch_size="auto"`) on a CPU, where a
 # batch a core decode side by side: 4 translated the README's model's test
-# split at 236.1 sentences/s against 209.9 for 8 and 202.4 for 2 (beam 4,
-# 2-core CPU; greedy stays at 8: 706.4 against 567.6 for 4 and 609.6 for 16;
-# benchmarks/results/cpu-beam-step-changes).
+# split fastest, 8 and 2 slower; greedy stays at 8 rows: fewer or more were
+# slower (benchmarks/findings/decoding.md, "The compiled engine on a CPU").
 CPU_BEAM_BATCH_SIZE = 4
 # A greedy program on a CPU also comes as a refilling one (`keras_transformer.decoding.refill`): queues of up to
 # 32 sentences, 8 rows decoding at a time, a row whose sentence ended taking the next (the sizes measured fastest:
@@ -130,12 +129,13 @@ def lapack_setup_skipped(program):
 
     Before lowering an exported program for a CPU, JAX (0.10) sets up the
     LAPACK kernels its linear-algebra operations call, which imports
-    `scipy.linalg`: 0.12 s of a one-sentence `translate` on a 2-core CPU
-    (docs/translating.md, "Speed"). A decoding program has no such
-    operation (matrix products are XLA's own), so for it the set-up is
-    skipped; a program whose module names one of JAX's LAPACK kernels gets
-    it, and so does every program for another platform (a GPU's set-up is
-    not measured, so not skipped) or under a JAX that sets up otherwise.
+    `scipy.linalg`: a noticeable part of a one-sentence `translate`
+    (benchmarks/findings/decoding.md, "The compiled engine on a CPU"). A
+    decoding program has no such operation (matrix products are XLA's
+    own), so for it the set-up is skipped; a program whose module names one
+    of JAX's LAPACK kernels gets it, and so does every program for another
+    platform (a GPU's set-up is not measured, so not skipped) or under a
+    JAX that sets up otherwise.
 
     Args:
         program: a `jax.export.Exported`.
@@ -217,7 +217,7 @@ class CompiledTranslator(TextTranslator):
                                                          spare=ENGINE_SPARE_BATCHES)
         self.beam_width = int(beam_width)
         # XLA's code for each shape is kept in the cache: a lone sentence
-        # decodes alone (0.03 s against 0.06 s for 8 rows, beam 4, README's model),
+        # decodes alone (faster than padded to a batch's rows),
         # or as a few copies where that is what reaches AMX's int8 products.
         self.lone_sentence_rows = 1 if on_accelerator else lone_sentence_rows(self._weights, self.beam_width)
         weight_bytes = sum(weight.nbytes for weight in self._weights)

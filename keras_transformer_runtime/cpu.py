@@ -22,7 +22,7 @@ def _cpuinfo_field(name):
 
 
 def cpu_model():
-    """The CPU's model name, e.g. `"AMD EPYC"` (`/proc/cpuinfo`, else `platform`).
+    """The CPU's model name, as `/proc/cpuinfo`'s `model name` line gives it (else `platform`'s).
 
     Returns:
         str: the model name.

@@ -3,24 +3,23 @@
 XLA's CPU backend hands a matrix product of more than one row to YNNPACK,
 a library call that splits it over XLA's threads, and emits its own code
 for a product of one row (where it widens int8 weights to float32 at every
-call). Two choices follow, each measured on 2-core hosts with JAX 0.10.2
-(benchmarks/results/cpu-engine-without-ynnpack, cpu-xeon-amx):
+call). Two choices follow, each measured (benchmarks/findings/decoding.md,
+"The gap to CTranslate2 on a CPU without AVX-512" and "On a CPU with
+AVX-512 and AMX"):
 
 - **YNNPACK or XLA's own code.** A decoding step of the README's model
   (128 wide) multiplies 4 to 32 rows at a time, dozens of small products.
-  On an AMD EPYC without AVX-512 the engine translated the 605 test
-  sentences 1.22x (greedy) and 1.26x (beam 4) faster with XLA's own code;
-  on an Intel Xeon with AVX-512 it ran 0.97x and 0.93x as fast, so YNNPACK
-  stays there. At opus-mt-es-en's width (512) float32 steps took 0.93-1.13x
-  their time without YNNPACK, and int8 ones 1.15-3.2x: YNNPACK's int8
-  product is the fast one. So only a float32 program of a model at most
+  On a CPU without AVX-512 the engine translated the test sentences faster
+  with XLA's own code; on one with AVX-512 it ran slower, so YNNPACK stays
+  there. At opus-mt-es-en's width (512) float32 steps took about as long
+  without YNNPACK, and int8 ones far longer: YNNPACK's int8 product is the
+  fast one. So only a float32 program of a model at most
   `YNNPACK_FREE_WIDTH` wide, on a CPU without AVX-512, leaves YNNPACK.
 - **A lone sentence's rows.** On a CPU with AMX, YNNPACK multiplies int8
   matrices of several rows in AMX tiles: a greedy step of a quantized
-  opus-mt-es-en-shaped model took 6.98 ms for a lone sentence decoded in 4
-  rows against 12.53 ms in one (CTranslate2 int8: 10.70); at the README
-  model's width (128) 4 rows were slower (13.22 against 10.98 ms a
-  sentence). So there a quantized program at least `AMX_INT8_WIDTH` wide
+  opus-mt-es-en-shaped model ran faster for a lone sentence decoded in 4
+  rows than in one; at the README model's width (128) 4 rows were slower.
+  So there a quantized program at least `AMX_INT8_WIDTH` wide
   decodes a lone sentence as enough copies to give its products
   `AMX_INT8_ROWS` rows (a beam of 4 has them already), the copies'
   translations dropped.
@@ -38,7 +37,7 @@ CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 YNNPACK_FREE_WIDTH = 256
 # Rows a quantized product needs on a CPU with AMX: from these on YNNPACK multiplies int8 in AMX tiles.
 AMX_INT8_ROWS = 4
-# The narrowest model whose lone sentence gains by those rows (512 wide: 1.80x; 128: 0.83x).
+# The narrowest model whose lone sentence gains by those rows (512 wide gained, 128 lost).
 AMX_INT8_WIDTH = 512
 
 

@@ -3,12 +3,11 @@
 The program `translation_program` writes takes any batch size and source
 length (symbolic shapes). Each process that lowers it for a batch shape
 has JAX refine those shapes through the whole module before XLA sees it:
-0.29 s of a one-sentence `translate` of a model of opus-mt-es-en's shape
-on a 2-core CPU, more than the rest of the lowering. The first process
-to meet a shape refines it once (`fixed_shape_program`) and writes the
-result beside the symbolic program (`FixedShapePrograms`); later ones
-lower that instead: from the program to XLA's cached code in 0.50 s
-instead of 0.85 s (benchmarks/findings/decoding.md, "Fixed-shape
+for a one-sentence `translate` of a model of opus-mt-es-en's shape, more
+than the rest of the lowering. The first process to meet a shape refines
+it once (`fixed_shape_program`) and writes the result beside the symbolic
+program (`FixedShapePrograms`); later ones lower that instead, and reach
+XLA's cached code sooner (benchmarks/findings/decoding.md, "Fixed-shape
 programs and mapped weights").
 
 Exporting `jax.jit(program.call)` at fixed shapes is not enough: a module

@@ -40,8 +40,9 @@ def train_tokenizer(texts, vocabulary_size=8000, path=None):
     1.0; KerasHub's `compute_sentence_piece_proto` keeps SentencePiece's
     default 0.9995, which on the Bible corpus sends `(`, `)` and `Ó` to
     `<unk>`), and all sentences are used in their given order, so the same
-    texts always give the same vocabulary. About 5 s for the ~57k training
-    sentences of the embedded corpus at 8000 pieces on 2 CPU cores.
+    texts always give the same vocabulary. Seconds for the training
+    sentences of the embedded corpus (benchmarks/findings/recipes-and-scale.md,
+    "A corpus of a million pairs").
 
     Args:
         texts: iterable of `str`, one sentence each.

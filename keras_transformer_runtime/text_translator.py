@@ -35,8 +35,8 @@ from keras_transformer_runtime.input_texts import warn_about_unknown_characters
 
 # With a compiled loop, sources are padded to this many tokens, or to a
 # power of two above it (at most the model's max_length), so a stream of
-# batches compiles a few programs: each costs about 2 s (greedy) to 4.5 s
-# (beam 4) on the README's model on a 2-core CPU.
+# batches compiles a few programs, each of which costs seconds on a CPU
+# (benchmarks/findings/decoding.md, "Decoding speed").
 SOURCE_BUCKET = 32
 # A batch of fewer sentences is filled up to the next of these sizes (or
 # to `batch_size`), so that a stream of batches compiles a few programs.
@@ -44,13 +44,12 @@ SMALLEST_BATCH = 8
 # Sentences decoded together (`batch_size="auto"`); the batches of a call
 # are filled with sentences of similar length. With a compiled loop on a
 # CPU, small batches translate fastest: a batch runs until its longest
-# translation ends, and its caches stay small. On the README's model, 2-core
-# CPU, all 605 test sentences, beam 4: 8 sentences 136-156 sentences/s
-# against 79 for 64 on TensorFlow, 149 against 78 on JAX; greedy 279-307
-# against 217, and 319 against 230 (benchmarks/findings/decoding.md, "Batch size").
+# translation ends, and its caches stay small: on the README's model 8
+# sentences translated faster than 64, greedy and beam 4, on TensorFlow and
+# JAX (benchmarks/findings/decoding.md, "Batch size").
 COMPILED_CPU_BATCH_SIZE = 8
 # Eager torch pays Python for every step of every batch: 64 sentences ran
-# 2.4x (beam 4) to 3.1x (greedy) faster than 8 there. On a GPU or TPU,
+# several times faster than 8 there (the same section). On a GPU or TPU,
 # where rows decode in parallel, not measured yet.
 BATCH_SIZE = 64
 DEFAULT_BATCH_SIZE = "auto"

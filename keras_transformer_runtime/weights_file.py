@@ -4,13 +4,13 @@ The weights' bytes lie in one NumPy `.npy` file (`weights.npy`), each
 array at an offset that is a multiple of 64 bytes, and `weights.json` lists
 each array's offset, dtype and shape. Read back with `np.load(...,
 mmap_mode="r")`, every array is a view of the mapped file aligned to 64
-bytes, and XLA's CPU client takes an array so aligned without copying it:
-`jax.device_put` of 280 MB in 0.001 s against 0.15 s for the same array
-4 bytes off (2-core CPU, jax 0.10.2). A second `translate` of a model of
-opus-mt-es-en's shape thus neither reads its 310 MB nor copies them; the
-pages come from the page cache as the first decoding step touches them.
-The `safetensors` file this replaced was read and copied in about 0.25 s
-for that model, and its arrays cannot be placed at such offsets.
+bytes, and XLA's CPU client takes an array so aligned without copying it,
+where it copies one a few bytes off (benchmarks/findings/decoding.md,
+"Fixed-shape programs and mapped weights"). A second `translate` thus
+neither reads the weights nor copies them; the pages come from the page
+cache as the first decoding step touches them. The `safetensors` file this
+replaced was read and copied on every load, and its arrays cannot be
+placed at such offsets.
 
 A bfloat16 array is named so in the index and viewed back with
 `ml_dtypes`, as NumPy has no bfloat16 of its own.

@@ -55,3 +55,15 @@ def test_doctest_blocks_are_fenced_and_the_rest_is_left_alone():
         "Summary.\n\nExample:\n\n```pycon\n>>> x = [1][0]\n>>> x\n1\n```\n\nMore text [a][b]."
     )
     assert module.fence_doctests("    >>> 1\n    1") == "```pycon\n    >>> 1\n    1\n```"
+
+
+@pytest.mark.backend_independent
+def test_inside_names_every_module_with_its_docstrings_first_line():
+    spec = importlib.util.spec_from_file_location("module_table", ROOT / "docs" / "hooks" / "module_table.py")
+    module_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module_table)
+    rows = module_table.module_rows()
+    text = module_table.INSIDE.read_text(encoding="utf-8")
+    assert len(rows) > 100 and all(line for _, line in rows), [name for name, line in rows if not line]
+    assert text == module_table.refreshed(text, rows), (
+        "docs/inside.md's module table is out of date: run python docs/hooks/module_table.py")

@@ -19,14 +19,13 @@ def initial_values_from(values):
     """Every weight a layer adds inside starts at its value in `values` (by variable path), else at zeros.
 
     Keras builds every weight from its random initializer; an import then
-    replaces each value. Drawing the random values is only time (the
-    import's work went from 6.0 to 4.3 s at opus-mt's shape, and from 50.1
-    to 36.2 s at NLLB-200-600M's, with zeros instead), and building each
-    weight twice is memory: zeros, then the checkpoint's tensor and its
-    copy, held at once. Here each weight is made once, from the tensor read
-    for it, which is let go as soon as the variable holds its copy: with
-    `save_imported_model`'s views, the peak of an opus-mt-shaped import went
-    from 893 to 646 MB (medians of 3, side by side, 2026-11-28). A
+    replaces each value. Drawing the random values is only time (a good
+    part of the import's work, against zeros), and building each weight
+    twice is memory: zeros, then the checkpoint's tensor and its copy, held
+    at once. Here each weight is made once, from the tensor read for it,
+    which is let go as soon as the variable holds its copy: with
+    `save_imported_model`'s views, an import's peak memory falls markedly
+    (benchmarks/findings/decoding.md, "What an import asks of Keras"). A
     weight whose path `values` lacks starts at zeros; the layers keep their
     initializers in their config (what the saved file says).
 
@@ -98,8 +97,8 @@ def save_imported_model(model, path):
     """`model.save(path)`, without importing TensorFlow where this process has not.
 
     Keras' serialization asks whether TensorFlow is installed (to convert its
-    shapes and dtypes), and asking imports it: 4.9 s of a 10.9 s import
-    under torch at opus-mt's shape (cProfile, 2026-11-28). A process that
+    shapes and dtypes), and asking imports it: a large part of an import
+    under torch (benchmarks/findings/decoding.md, "What an import asks of Keras"). A process that
     never imported TensorFlow holds none of its objects, so the answer
     changes nothing in the file.
 
@@ -121,9 +120,9 @@ def save_imported_model(model, path):
 def _numpy_views_of_jax_arrays():
     """Keras' `convert_to_numpy` gives a read-only view of a JAX array on the CPU inside, not a copy.
 
-    Keras' weights writer converts each variable with `np.array`, a copy: at
-    opus-mt's shape the 133 MB embedding was read twice at once, 128 MB of
-    the import's peak (`/proc/self/status`, 2026-11-28). The writer only
+    Keras' weights writer converts each variable with `np.array`, a copy: the
+    largest weight, the token embedding, was then held twice at once, at the
+    import's peak (benchmarks/findings/decoding.md, "What an import asks of Keras"). The writer only
     reads the array, and `np.asarray` of a JAX array on the CPU is its own
     buffer.
     """

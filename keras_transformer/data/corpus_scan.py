@@ -25,7 +25,9 @@ from keras_transformer.errors import UserInputError
 
 # Sentences the vocabulary is learned from at most (both sides of half as
 # many pairs); SentencePiece's own guidance is a few hundred thousand to a
-# few million sentences. About 60 s on 2 cores at 8000 pieces.
+# few million sentences. Learning the vocabulary takes the time of the
+# sample, not of the corpus (benchmarks/findings/recipes-and-scale.md, "A
+# corpus of a million pairs").
 DEFAULT_VOCABULARY_SAMPLE = 200_000
 
 

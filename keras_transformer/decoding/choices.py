@@ -22,10 +22,9 @@ def first_max_index(logits):
 
     Written as two plain reductions, a max and then a max over the negated
     indices where the row reaches it: XLA's CPU backend runs `argmax` (one
-    reduction of value and index pairs) several times slower (51.6 against
-    9.5 microseconds for 8 rows of 4,000 logits in a compiled loop; a
-    twentieth of a greedy step of the README's model;
-    benchmarks/findings/decoding.md). The indices are exact in float32 up to
+    reduction of value and index pairs) several times slower in a compiled
+    loop (benchmarks/findings/decoding.md, "Where a decoding step's time
+    goes"). The indices are exact in float32 up to
     2**24 entries.
 
     Args:

@@ -2,9 +2,9 @@
 
 A batch of the one decoding loop (`sampler.search_tensors`) decodes until
 its longest output ends, so the rows whose sentence ended decode padding:
-17-33 % of greedy's row-steps on the 605 test sentences; refilling saved
-11-19 % of beam 4's, whose source ends with its last hypothesis
-(benchmarks/findings/decoding.md). Here a call's sources wait in
+a good share of greedy's row-steps, and a smaller one of beam 4's, whose
+source ends with its last hypothesis (benchmarks/findings/decoding.md,
+"Greedy search refilling finished rows"). Here a call's sources wait in
 a queue, `slots` sources decode (a row each for greedy, `width` for a
 beam), and the rows of a sentence that ended start the next source at the
 next step. Rows then sit at different positions of their sentences, so

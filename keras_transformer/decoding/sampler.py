@@ -251,11 +251,10 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         grow_caches: bool or None, the self-attention caches start at
             `FIRST_CACHE_LENGTH` positions and double between loops
             (`cache_phases`), where a decoder can grow them; None (the
-            default): for beams only. Greedy search then runs faster (1.04x
-            and 1.09x in two runs on the README's model, 605 test sentences,
-            2-core CPU; benchmarks/results/cpu-greedy-cache-phases) but
-            compiles about 1.5x longer: the compiled engine, whose compiled
-            code is kept, asks for it; training's dev BLEU does not.
+            default): for beams only. Greedy search then runs a little
+            faster but compiles longer (benchmarks/findings/decoding.md,
+            "The compiled engine on a CPU"): the compiled engine, whose
+            compiled code is kept, asks for it; training's dev BLEU does not.
         forced_first: int32 scalar tensor (or int), the token every row's
             first step must write (`force_first_token`), an input of the
             loop so that one compiled loop serves every target language;
@@ -344,8 +343,9 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
 
 # The first cache length of the decoding loop; each later loop doubles it.
 # 32 rather than 16: one loop fewer, which makes a one-sentence `translate`
-# 0.12-0.19 s faster to load its program, for 3-5 % of beam 4's speed over
-# the test split, the same translations (benchmarks/results/cpu-beam-step-changes).
+# faster to load its program, for a few percent of beam 4's speed over the
+# test split, the same translations (benchmarks/findings/decoding.md, "The
+# compiled engine on a CPU").
 FIRST_CACHE_LENGTH = 32
 
 

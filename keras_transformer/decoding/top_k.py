@@ -1,17 +1,16 @@
 """The `k` largest of many values, found through the largest of each chunk: beam search's choice.
 
 Beam search picks, each step, the `width` best of `width x vocabulary`
-candidates per source. XLA's CPU `TopK` partially sorts every row: 210
-microseconds for 8 rows of 16,000 values, a seventh of a beam step of the
-README's model (benchmarks/results/cpu-decoding-step-profile-engine). The
-`k` largest lie in the `k` chunks with the largest maxima, so one max over
-chunks and a `top_k` over `k` chunks give the same values and indices in
-about 27 microseconds (benchmarks/results/cpu-beam-step-changes).
+candidates per source. XLA's CPU `TopK` partially sorts every row, a
+noticeable share of a beam step of the README's model. The `k` largest lie
+in the `k` chunks with the largest maxima, so one max over chunks and a
+`top_k` over `k` chunks give the same values and indices, several times
+faster (benchmarks/findings/decoding.md, "The compiled engine on a CPU").
 """
 
 from keras import ops
 
-# Values per chunk: 32 and 64 were fastest (27 us) for 8 rows of 16,000 on a CPU.
+# Values per chunk: 32 and 64 were the fastest on a CPU (the same section).
 CHUNK = 32
 
 

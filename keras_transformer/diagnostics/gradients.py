@@ -89,8 +89,8 @@ def _gradients(model, variables, inputs, targets, loss):
                 outputs, _ = owner().stateless_call(trainable_values, frozen_values, batch_inputs, training=False)
                 return loss(batch_targets, outputs)
 
-            # Compiled whole, once per model and loss: op by op, JAX compiled ~280
-            # small programs, 13.6 s of a 2-step fit logging every step on a 2-core CPU.
+            # Compiled whole, once per model and loss: op by op, JAX compiled hundreds of small programs, most of
+            # a short fit logging every step (benchmarks/findings/training-speed.md, "Compiled or not").
             gradient = _jax_gradients[model][loss] = jax.jit(jax.grad(compute))
         return gradient(trainable, frozen, inputs, targets)
     if backend == "torch":

@@ -18,8 +18,8 @@ def fused_kernel_is_wrong(query_length, key_length):
     """True where the backend's fused kernel is known to be wrong with a mask.
 
     cuDNN's fused attention (JAX on NVIDIA GPUs) returns NaN gradients when
-    a mask tensor is passed and a sequence length is 64 mod 128: measured on
-    an H100 with JAX 0.11 by `python -m benchmarks.gpu_check` (see
+    a mask tensor is passed and a sequence length is 64 mod 128, under JAX
+    0.11, as `python -m benchmarks.gpu_check` found (see
     benchmarks/findings/gpu.md). `MultiHeadAttention` takes its explicit path there.
 
     Args:
@@ -59,9 +59,9 @@ def heads_first(x):
     The KV cache keeps heads before positions: the batched products of
     attention read `(batch, heads, positions, head_dim)`, so XLA multiplies
     the cache where it lies. A cache of `(batch, positions, heads,
-    head_dim)` was transposed, whole, at every decoding step (on a 2-core
-    CPU a third of a greedy step of the README's model;
-    benchmarks/findings/decoding.md).
+    head_dim)` was transposed, whole, at every decoding step, a large share
+    of a greedy step of the README's model (benchmarks/findings/decoding.md,
+    "Where a decoding step's time goes").
 
     Example:
 

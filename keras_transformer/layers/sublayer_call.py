@@ -4,8 +4,9 @@
 name scopes, autocast, dispatch to a quantized call). Traced code (XLA on
 TensorFlow and JAX) pays it once; eager torch pays it on every call, and a
 decoding step calls the attention projections about 20 times: on the
-default model that made greedy decoding in eager torch about 15 % slower
-than when the projections were raw weights (benchmarks/findings/decoding.md).
+default model that made greedy decoding in eager torch slower than when the
+projections were raw weights (benchmarks/findings/decoding.md, "The layers on
+Keras' Dense and ReversibleEmbedding").
 Inside our own layer's `call`, already in that layer's autocast scope and
 with the sublayer sharing its dtype policy, a float sublayer's `call`
 computes exactly what `__call__` would. A quantized sublayer takes Keras'

@@ -1,17 +1,17 @@
 """The training and validation steps of every batch shape, compiled side by side before the first step (JAX).
 
 XLA compiles `fit`'s training step once per batch shape, when the shape
-first comes, one after the other: on the GPU default (one H100,
-2026-11-27) 4 shapes of 13-21 s each, then 5 validation shapes, 99 of the
-run's 158 s. Here each step of each shape is lowered (traced, one at a
-time), then the lowered programs are compiled on threads at once (XLA
-releases the GIL); the compiled code goes to JAX's persistent compilation
-cache, from which `fit`'s own compilations then load it (0.6 s a training
-step on the H100). So it only runs with that cache on (the command line's
-`train` turns it on), on JAX, on one device. The trainer asks for it on an
-accelerator only, for a run that meets every shape: on a 2-core CPU two
-threads compiled no faster than one (XLA's CPU compiler keeps both busy).
-Not yet measured on a GPU.
+first comes, one after the other: on the GPU default the training and
+validation shapes compiled so were most of the first `train`'s time
+(benchmarks/findings/gpu.md, "The user's wait"). Here each step of each
+shape is lowered (traced, one at a time), then the lowered programs are
+compiled on threads at once (XLA releases the GIL); the compiled code goes
+to JAX's persistent compilation cache, from which `fit`'s own compilations
+then load it in a fraction of the compiling's time. So it only runs with
+that cache on (the command line's `train` turns it on), on JAX, on one
+device. The trainer asks for it on an accelerator only, for a run that
+meets every shape: on a CPU two threads compiled no faster than one (XLA's
+CPU compiler keeps every core busy). Not yet measured on a GPU.
 """
 
 import concurrent.futures

@@ -34,14 +34,14 @@ OPTIONAL_ARCHITECTURE_FIELDS = ("model_options",)
 # The training settings a fine-tuning run takes when it does not set them,
 # for every preset. `learning_rate` is the schedule's peak. Measured on the
 # Spanish -> KJV shift from the default tiny model (docs/fine-tuning.md):
-# 300 steps took 2.2 min on 2 CPU cores and the peak that scored the best
-# dev BLEU of 5e-4 / 1e-3 / 2e-3 / 4e-3 was 2e-3 (27.6 / 28.9 / 29.2 / 28.3).
+# 300 steps take minutes on a CPU, and of the peaks 5e-4, 1e-3, 2e-3 and
+# 4e-3, 2e-3 scored the best dev BLEU.
 FINE_TUNING_DEFAULTS = dict(epochs=3, steps_per_epoch=100, warmup_steps=50, learning_rate=2e-3)
-# Rank-8 adapters on the same shift, 300 steps, best dev BLEU per row: W_Q, W_V
-# at peaks 1e-3 / 3e-3 / 1e-2 / 3e-2: 21.3 / 21.7 / 23.1 / 22.9; at 1e-2,
-# W_Q, W_K, W_V, W_O 23.4; W_Q, W_V and the embeddings 24.9; all of them
-# 25.2 (4.7x the parameters of W_Q, W_V and the embeddings, and 1.08x the
-# step time).
+# Rank-8 adapters on the same shift, 300 steps: of the peaks 1e-3, 3e-3, 1e-2
+# and 3e-2, W_Q and W_V scored best at 1e-2; at 1e-2, adding the embeddings
+# gained more than adding W_K and W_O, and adapting all of them gained a
+# little more again for more parameters and a slower step
+# (docs/fine-tuning.md, "What the table says").
 LORA_DEFAULTS = dict(learning_rate=1e-2)
 # What `--lora` adapts unless `--lora-targets` says otherwise: the LoRA
 # paper's W_Q and W_V, and the token embeddings (with tied embeddings, the

@@ -104,7 +104,7 @@ class DevBleu(keras.callbacks.Callback):
         # `RunClock` projects onto the others, holds none of it. The shapes are
         # the scoring's own (its sorted batches, `batch_size` rows each): one
         # sentence a width compiled 8-row shapes that a GPU's 64-row scoring
-        # compiled again (14 s of the default `train` on an H100, 2026-11-27).
+        # compiled again (benchmarks/findings/gpu.md, "The user's wait").
         translator = self._scorer()
         if not self.jit_compile or not self.pairs:
             return

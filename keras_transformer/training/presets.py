@@ -15,9 +15,9 @@ PRESETS = {
     "big": dict(num_layers=6, d_model=1024, num_heads=16, ff_dim=4096),
 }
 # Training defaults per preset, for the fields left at None. tiny is the CPU
-# default: a 4,000-piece vocabulary makes a step 1.57x faster than 8,000
-# pieces, so 1,600 steps take 1.28x the time of the former 800; test BLEU
-# 18.2 -> 26.6 (benchmarks/findings/recipes-and-scale.md).
+# default: a 4,000-piece vocabulary makes a step faster than 8,000 pieces, so
+# twice the former 800 steps take only a little longer, for a much higher
+# test BLEU (benchmarks/findings/recipes-and-scale.md, "Training recipes").
 TRAINING_DEFAULTS = {
     "tiny": dict(epochs=16, steps_per_epoch=100, warmup_steps=400, vocabulary_size=4000, batch_tokens=4096),
     "small": dict(epochs=8, steps_per_epoch=100, warmup_steps=400, vocabulary_size=8000, batch_tokens=4096),
@@ -25,14 +25,11 @@ TRAINING_DEFAULTS = {
     "big": dict(epochs=20, steps_per_epoch=500, warmup_steps=4000, vocabulary_size=8000, batch_tokens=4096),
 }
 # On a GPU or TPU, what replaces a preset's TRAINING_DEFAULTS. tiny stays the
-# default there: six recipes raced on one H200 (JAX, bf16), and tiny with
-# batches twice as large, 3,000 steps and 1,000 warm-up steps scored best
-# (test BLEU 35.27, held-out 24.94), ahead of small (29.44 / 20.72 in 1,500
-# steps) and of base, which diverged at a 1.4e-3 peak (torch: NaN at step
-# 1,156); run alone, 115 s from the command to the saved model, test 35.22,
-# held-out 24.49 (benchmarks/results/gpu-h200-recipe-race, gpu-h200-default).
-# Its step is bound by the host (3.7 ms, 2 % MFU): more tokens a step are
-# nearly free there, unlike on a CPU.
+# default there: of six recipes raced on one GPU (JAX, bf16), tiny with
+# batches twice as large, 3,000 steps and 1,000 warm-up steps scored best,
+# ahead of small, and base diverged at the peak learning rate of that
+# warm-up (benchmarks/findings/gpu.md, "The GPU default"). Its step is bound
+# by the host: more tokens a step are nearly free there, unlike on a CPU.
 ACCELERATOR_TRAINING_DEFAULTS = {
     "tiny": dict(epochs=12, steps_per_epoch=250, warmup_steps=1000, batch_tokens=8192),
 }
@@ -45,7 +42,7 @@ def hardware_defaults():
     On a GPU or TPU, batches are padded to multiples of 32 tokens (JAX
     compiles one program per padded length). On a GPU with bf16 tensor
     cores (one `model_flops.PEAK_BF16_FLOPS` names) the model computes in
-    bfloat16 with float32 weights: on an H100 the base model trained
+    bfloat16 with float32 weights: on a GPU the base model trained
     finitely in bf16 on both JAX and torch (benchmarks/findings/gpu.md).
 
     Returns:

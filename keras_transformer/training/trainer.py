@@ -294,8 +294,8 @@ def _train(config, model_arguments, inputs, corpus_data, placement, start, start
             output,
             config.steps_per_epoch,
             # On TensorFlow one compiled decoding program, reused every epoch, reads the weights as they are.
-            # Compiling costs about as much as two eager scorings (tiny preset, 2 CPU cores: 28 s, then
-            # 5 s a scoring, against 50 s eager), so short runs score eagerly.
+            # Compiling costs about as much as two eager scorings, so short runs score eagerly
+            # (benchmarks/findings/training-speed.md, "Compiled or not").
             jit_compile=placement.devices == 1 and config.epochs - epochs_done > 3,
             log=log,
         )

@@ -137,9 +137,9 @@ class RunClock(keras.callbacks.Callback):
     compiled: its median step times its steps, plus its time outside the
     steps (validation, dev BLEU, backup: everything else `fit` does). The
     steps' time beyond that median (tracing and XLA compiling each new
-    batch shape) is stated apart, not projected onto the later epochs: on
-    the default run on a 2-core CPU the first estimate said 14.7 min for a
-    9.7 min run when it counted epoch 1's compiling as every epoch's.
+    batch shape) is stated apart, not projected onto the later epochs:
+    counting epoch 1's compiling as every epoch's made the first estimate
+    of the default run far longer than the run (docs/measured.md).
     `estimates` keeps both; the trainer compares the last with the run's
     time at its end. Place it after the callbacks whose epoch-end work it
     should count.
@@ -203,10 +203,10 @@ class ValidationCompiledFirst(keras.callbacks.Callback):
     """Before the first epoch, evaluates one batch of each shape of the validation data, so its steps are compiled.
 
     XLA compiles the validation step once per batch shape, in the first
-    epoch's validation: on the GPU default (JAX, H100, 2026-11-27) five
-    shapes, 17 s, in a first epoch of 88 s whose steps ran 2 s, so
-    `RunClock`'s first estimate, which counts an epoch's time outside its
-    steps as every epoch's, said 8.3 min for a run of 2.7. Compiled before
+    epoch's validation: on the GPU default it took far longer than the
+    epoch's steps, so `RunClock`'s first estimate, which counts an epoch's
+    time outside its steps as every epoch's, was far longer than the run
+    (benchmarks/findings/gpu.md, "The user's wait"). Compiled before
     `fit`'s first step, that time is spent once and known as spent. Only
     for a model that compiles its steps (`jit_compile`); it changes no
     weight (validation does not train) and no metric (`fit` resets them).

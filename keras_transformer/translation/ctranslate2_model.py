@@ -40,9 +40,9 @@ SETTINGS_FILE = "keras_transformer.json"
 # CTranslate2's weight types (`Converter.convert(quantization=...)`).
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # CTranslate2 ranks finished beams by score / length ** alpha, we by
-# score / ((5 + length) / 6) ** alpha. With the same alpha, 0.6, beam 4 on
-# the README's model gave our translation for 573 of the 605 test sentences
-# and 29.24 test BLEU against our 29.33 (0.8: 514, 29.42; 1.0: 435, 29.67).
+# score / ((5 + length) / 6) ** alpha. With our alpha, beam 4 gave nearly
+# all of our translations and about our BLEU; larger alphas gave fewer of
+# them (benchmarks/findings/decoding.md, "Every backend, CTranslate2 and the SavedModel").
 DEFAULT_CTRANSLATE2_LENGTH_PENALTY = 0.6
 # The only size measured for CTranslate2 (benchmarks/findings/decoding.md); it drops
 # the sentences that have ended from a batch as it decodes, so the reason
@@ -298,9 +298,9 @@ class CTranslate2Translator(TextTranslator):
     `Translator(beam_width=1)` on the same model, up to float rounding.
     Beam search ranks finished hypotheses by CTranslate2's
     `score / length ** length_penalty`, not our
-    `score / ((5 + length) / 6) ** length_penalty`: with the same 0.6 on
-    the README's model, 573 of the 605 test translations were ours, and
-    test BLEU 29.24 against 29.33.
+    `score / ((5 + length) / 6) ** length_penalty`: with the same 0.6,
+    nearly every translation is ours, at about the same BLEU
+    (benchmarks/findings/decoding.md).
 
     Args:
         directory: a folder written by `export_ctranslate2`.
@@ -316,10 +316,10 @@ class CTranslate2Translator(TextTranslator):
         intra_threads: threads per translation (0: CTranslate2's choice).
         parallel_batches: int or `"auto"` (one a core on a CPU), batches translated at a time, each on its
             own CTranslate2 worker (its `inter_threads`) and thread of ours
-            (`batch_threads`). Defaults to 1. On a 2-core CPU, 2 batches of
-            one thread each ran 1.15-1.55x faster than 1 batch of two
-            threads, and 3 or 4 no faster than 2
-            (benchmarks/results/cpu-beam-step-changes).
+            (`batch_threads`). Defaults to 1. On a CPU a batch a core, one
+            thread each, was faster than one batch on every core, and more
+            batches than cores no faster (benchmarks/findings/decoding.md,
+            "The compiled engine on a CPU").
 
     Raises:
         ImportError: `ctranslate2` is not installed.

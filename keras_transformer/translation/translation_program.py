@@ -6,7 +6,8 @@ settings applies), its decoding loop (`decoding.sampler.search_tensors`,
 the loop `Translator` compiles) is made a pure function of the weights
 and the source tokens, and `jax.export` serializes it with a symbolic
 batch size and source length, so one file serves every batch shape. The
-weights go beside it as an `.npz`, in the order of `model.variables`.
+weights go beside it in the order of `model.variables`, in one `.npy` file
+with a JSON index (`keras_transformer_runtime.weights_file`).
 """
 
 import contextlib
@@ -149,7 +150,8 @@ def attention_kernels_for_export(model, platform):
     `jax.export` refuses custom calls that have no compatibility guarantee,
     and on a GPU the fused attention kernel is one (cuDNN's flash attention,
     `__cudnn$fmhaScaleBiasSoftmax`): with it, writing the program of the
-    default run failed on an H100 (2026-11-27), so `translate` failed. A
+    default run failed on a GPU, so `translate` failed there
+    (benchmarks/findings/gpu.md, "The user's wait"). A
     decoding step attends from a single query, where a fused kernel has
     little to gain. On a CPU the fused path is XLA's own operations; it stays.
 

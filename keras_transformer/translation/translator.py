@@ -28,14 +28,14 @@ from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size as resolve_runtime_batch_size
 
 # The loop guard's default: no translation repeats a 3-gram. On the README's
-# tiny model it took the test translations that loop from 6.1 % to 0 % at
-# -0.2 BLEU, +0.6 chrF (benchmarks/findings/decoding.md).
+# tiny model it removed the test translations that loop, at about the same
+# BLEU and a better chrF (benchmarks/findings/decoding.md, "Decoding quality").
 DEFAULT_NO_REPEAT_NGRAM_SIZE = 3
 # Beam search by default: on the README's tiny model, beam 4 (with the loop
-# guard) scored +2.8 BLEU on dev, +2.0 on test and +2.3 on the held-out
-# books over greedy search, with no loops, for 2.4x the decoding time
-# (benchmarks/findings/decoding.md). Dev BLEU during training
-# stays greedy: it is for comparing epochs, and runs every epoch.
+# guard) scored better than greedy search on every split, with no loops, for
+# more decoding time (benchmarks/findings/decoding.md, "Decoding quality").
+# Dev BLEU during training stays greedy: it is for comparing epochs, and
+# runs every epoch.
 DEFAULT_BEAM_WIDTH = 4
 # How beam search treats a finished hypothesis: keeps it in the beam, or sets it aside (Translator's beam_search).
 BEAM_SEARCHES = ("kept", "pooled")
@@ -70,10 +70,10 @@ class Translator(TextTranslator):
             (sources are padded to 32 tokens or a power of two above it,
             batches filled up to 8, 16, 32, ... sentences). `"auto"` (the default)
             compiles on TensorFlow and JAX and runs eagerly on torch, which
-            has no XLA. On the README's model on a 2-core CPU (TensorFlow)
-            compiling costs about 1.5 s more for one sentence and pays for
-            itself from about 8; False runs TensorFlow eagerly (on JAX the
-            loop is compiled whatever is asked).
+            has no XLA. Compiling costs more than it saves for a sentence
+            or two and pays for itself from a handful on
+            (benchmarks/findings/decoding.md, "Decoding speed"); False runs
+            TensorFlow eagerly (on JAX the loop is compiled whatever is asked).
         batch_size: int, the most sentences decoded at once. A call with
             more splits them into batches of similar lengths (sorted by
             length; the translations come back in input order). `"auto"`

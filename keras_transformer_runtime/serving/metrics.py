@@ -6,7 +6,7 @@ never share counts.
 
 import prometheus_client
 
-# Seconds: a sentence alone takes ~0.07 s on a 2-core CPU; a queued, long batch seconds.
+# Seconds: from a lone short sentence on a CPU (a small fraction of a second) to a queued, long batch (seconds).
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
