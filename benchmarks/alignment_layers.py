@@ -26,11 +26,50 @@ import argparse
 import json
 import math
 import os
-
-from benchmarks.n_best_cost import cost_table
-from benchmarks.n_best_cost import time_in_turn
+import statistics
+import time
 
 PUNCTUATION = "\"'“”‘’¿¡«»()[],.;:!?-—"
+
+
+def time_in_turn(ways, repeats):
+    """Each way's whole-call seconds, the ways called in turn `repeats` times (after one call each to compile).
+
+    Args:
+        ways: dict of name -> callable.
+        repeats: int, rounds.
+
+    Returns:
+        `(seconds, medians)`: lists of seconds and their medians, by name.
+
+    Example:
+
+    >>> seconds, medians = time_in_turn({"plain": lambda: None}, 3)
+    >>> len(seconds["plain"]), medians["plain"] >= 0
+    (3, True)
+    """
+    for run in ways.values():  # compiles every shape
+        run()
+    seconds = {name: [] for name in ways}
+    for _ in range(repeats):
+        for name, run in ways.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds, {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def cost_table(medians, sentences):
+    """The Markdown rows of each way's median, sentences/s and ratio to `medians["plain"]`.
+
+    Example:
+
+    >>> cost_table({"plain": 2.0, "n_best 4": 2.5}, 100)[-1]
+    '| n_best 4 | 2.500 | 40.0 | 1.250 |'
+    """
+    lines = ["| way | median s | sentences/s | x plain |", "|---|---:|---:|---:|"]
+    return lines + [f"| {name} | {median:.3f} | {sentences / median:.1f} | {median / medians['plain']:.3f} |"
+                    for name, median in medians.items()]
 
 
 def bare(word):

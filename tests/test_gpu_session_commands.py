@@ -1,8 +1,8 @@
 """The commands a GPU session runs (benchmarks/README.md, "A session lent a GPU"),
 in miniature on a CPU: a crash a CPU could have shown must not cost device minutes.
 
-`benchmarks.gpu_table` has its own tests (test_benchmarks.py); these cover the
-GPU check's training and decoding and the recipe ablation of issue 14.
+These cover the GPU check's training and decoding and the recipe ablation of
+issue 14.
 """
 
 import json
