@@ -9,7 +9,7 @@ answer counted: `right` (the expected code, or a refusal where the run
 lacks the language), `wrong` (another code, the most frequent listed), and
 `refused` (by reason). Inputs: every
 Spanish source and first English reference of the `test` and `heldout`
-splits, whole; the hand-made passages of `benchmarks.sentence_splitters.GOLD`
+splits, whole; the hand-made passages of `benchmarks/data/passages.json`
 (11 languages), whole and each sentence alone; and `OTHER_LANGUAGES`, a
 few sentences in languages NLLB-200 lacks (M2M-100 has two of them): where
 the run lacks the language, refusing is the right answer. Each row also
@@ -24,11 +24,11 @@ import argparse
 import collections
 import datetime
 import importlib.metadata
+import json
 import os
+import pathlib
 import platform
 
-from benchmarks.sentence_splitters import GOLD
-from benchmarks.sentence_splitters import JOINERS
 from keras_transformer.data.corpus import load_bible_pairs
 from keras_transformer_runtime.cpu import cpu_flags
 from keras_transformer_runtime.cpu import cpu_model
@@ -60,10 +60,12 @@ def input_sets(limit=None):
     for split in ("test", "heldout"):
         pairs = load_bible_pairs(split)[:limit]
         sets[f"{split} verses"] = {"es": [pair.source for pair in pairs], "en": [pair.target for pair in pairs]}
-    sets["gold passages"] = {language: [JOINERS.get(language, " ").join(passage) for passage in passages]
-                             for language, passages in GOLD.items()}
-    sets["gold sentences"] = {language: [sentence for passage in passages for sentence in passage]
-                              for language, passages in GOLD.items()}
+    gold = json.loads((pathlib.Path(__file__).parent / "data" / "passages.json").read_text(encoding="utf-8"))
+    passages, joiners = gold["passages"], gold["joiners"]
+    sets["gold passages"] = {language: [joiners.get(language, " ").join(passage) for passage in texts]
+                             for language, texts in passages.items()}
+    sets["gold sentences"] = {language: [sentence for passage in texts for sentence in passage]
+                              for language, texts in passages.items()}
     sets["other languages"] = OTHER_LANGUAGES
     return sets
 

@@ -477,37 +477,6 @@ def test_translation_speed_decodes_the_marian_export_with_transformers_as_this_p
     assert (theirs["bleu"], theirs["output_words"]) == (ours["bleu"], ours["output_words"])
 
 
-@pytest.mark.end_to_end
-def test_search_steps_splits_the_gap_to_ctranslate2_into_steps_and_the_cost_of_one(trained_run, tmp_path):
-    pytest.importorskip("ctranslate2")
-    pytest.importorskip("jax")
-    import doctest
-
-    from benchmarks import search_steps
-
-    greedy, beam = search_steps.main(["--model", str(trained_run), "--sentences", "6", "--passes", "1",
-                                      "--max-new-tokens", "12", "--out", str(tmp_path)])
-    for row in (greedy, beam):
-        # The program that returns every beam row runs the search of the one that returns the best.
-        assert row["counted_translations_equal"]
-        assert 0 < row["engine_row_steps_finished_dropped"] <= row["engine_row_steps"]
-        assert row["engine_row_steps"] <= 12 * row["beam"] * row["engine_batch"] * 6
-        assert 0 < row["ctranslate2_row_steps"] <= 12 * row["beam"] * 6
-        assert row["row_steps_ratio"] == pytest.approx(row["engine_row_steps"] / row["ctranslate2_row_steps"], rel=1e-3)
-        assert row["speed_ratio"] == pytest.approx(row["ctranslate2_seconds"] / row["engine_seconds"], rel=0.01)
-    # Greedy: CTranslate2 runs each sentence to its end token, as ours would with finished sources dropped.
-    assert greedy["ctranslate2_row_steps"] == greedy["engine_row_steps_finished_dropped"]
-    assert greedy["translations_as_ctranslate2s"] == 6  # the same greedy search
-    (pooled,) = search_steps.main(["--model", str(trained_run), "--sentences", "6", "--passes", "1", "--beams", "4",
-                                   "--beam-search", "pooled", "--early-stopping", "--max-new-tokens", "12",
-                                   "--out", str(tmp_path)])
-    assert pooled["counted_translations_equal"] and pooled["engine_row_steps"] <= 12 * 4 * pooled["engine_batch"] * 6
-    table = (tmp_path / "results.md").read_text()
-    assert "| row-steps, engine / CTranslate2 |" in table and "| 4 | pooled, early stopping | 6 |" in table
-    assert len(json.loads((tmp_path / "results.json").read_text())) == 3
-    assert doctest.testmod(search_steps).failed == 0
-
-
 @pytest.mark.benchmark_scripts
 def test_the_documents_benchmark_scores_paragraphs_three_ways_and_each_sentence_limit(trained_run):
     import doctest
