@@ -261,7 +261,7 @@ def _blocked_by_brute_force(generated, index, size):
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_block_repeated_ngrams_blocks_exactly_the_tokens_that_would_repeat_an_ngram(size, rng):
-    from keras_transformer.decoding.sampler import block_repeated_ngrams
+    from keras_transformer.decoding.search_step import block_repeated_ngrams
 
     generated = rng.integers(4, 8, size=(6, 12)).astype("int32")  # few ids: many repeats
     for index in (0, 1, 3, 7, 12):

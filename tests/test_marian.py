@@ -306,7 +306,7 @@ def test_key_biases_are_imported_though_attention_ignores_them(imported, referen
 
 
 def test_the_decoder_starts_from_padding_and_may_emit_every_other_piece(imported):
-    from keras_transformer.decoding.sampler import forbidden_token_ids
+    from keras_transformer.decoding.search_step import forbidden_token_ids
 
     model, _ = imported
     decoder = CachedDecoder(model)

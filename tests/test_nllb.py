@@ -14,7 +14,7 @@ import pytest
 from keras_transformer.checkpoints.nllb import config as nllb_config
 from keras_transformer.checkpoints.nllb import import_nllb
 from keras_transformer.checkpoints.nllb import load_nllb
-from keras_transformer.decoding.sampler import forbidden_token_ids
+from keras_transformer.decoding.search_step import forbidden_token_ids
 from keras_transformer.layers.sinusoidal_encoding import sinusoidal_encoding
 from keras_transformer.translation import Translator
 from keras_transformer_cli import main

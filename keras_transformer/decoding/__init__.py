@@ -33,9 +33,9 @@ from keras_transformer.decoding.n_best import NBestChoice
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import compile_function
-from keras_transformer.decoding.sampler import mask_forbidden_tokens
 from keras_transformer.decoding.sampler import run_search
 from keras_transformer.decoding.sampler import search_tensors
+from keras_transformer.decoding.search_step import mask_forbidden_tokens
 from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import greedy_search_uncached

@@ -134,12 +134,12 @@ class CachedDecoder:
             cross_caches = [tuple(ops.repeat(part, copies, axis=0) for part in cache) for cache in cross_caches]
             encoder_mask = ops.repeat(encoder_mask, copies, axis=0)
         batch = ops.shape(encoder_mask)[0]
-        output_kernel = None if self.output_projection is not None else self.embedding.vocabulary_kernel()
+        output_kernel = self.output_kernel()
         return DecoderState(
             caches=[layer.empty_cache(batch, cache_length or self.max_length) for layer in self.decoder_layers],
             cross_caches=cross_caches,
             encoder_mask=encoder_mask,
-            output_kernel=() if output_kernel is None else output_kernel,
+            output_kernel=output_kernel,
             cross_attention=ops.zeros(
                 (batch, len(self.decoder_layers), attention_length, ops.shape(encoder_mask)[1]), "float32"
             ) if attention_length else (),
@@ -166,6 +166,44 @@ class CachedDecoder:
         if self.max_output_ratio:
             logits = end_at_output_limit(logits, index, output_limits(state.encoder_mask, self.max_output_ratio))
         return logits, state._replace(caches=list(caches), cross_attention=cross_attention)
+
+    def ring_logits(self, tokens, column, positions, self_attention_mask, caches, cross_caches, encoder_mask,
+                    output_kernel=()):
+        """`next_logits` for rows at positions of their own, whose self-attention caches are rings.
+
+        The refilling loop (`refill.refill_search_tensors`) decodes rows
+        that started their sentences at different steps: each row's token
+        sits at its own position (`positions`), every row writes its keys
+        and values at ring column `column`, and attends to the columns
+        `self_attention_mask` allows (`refill.ring_mask`). The cap on
+        run-away output applies at each row's position.
+
+        Args:
+            tokens: int32 `(rows, 1)`, each row's last token.
+            column: int32 scalar tensor, the ring column written this step.
+            positions: int32 `(rows,)`, each token's position in its sentence.
+            self_attention_mask: bool `(rows, 1, ring)`, the columns each row attends to.
+            caches: the rings: per decoder layer, `(keys, values)` of `(rows, heads, ring, head_size)`.
+            cross_caches: per decoder layer, the rows' cross-attention caches.
+            encoder_mask: `(rows, source_length)`, the rows' source masks.
+            output_kernel: `output_kernel()`, read once outside the loop.
+
+        Returns:
+            `(logits, caches)`: float32 `(rows, vocabulary)` and the rings written at `column`.
+        """
+        logits, caches, _ = self._step_tensors(tokens, column, caches, cross_caches, encoder_mask, output_kernel, (),
+                                               positions=positions, self_attention_mask=self_attention_mask)
+        if self.max_output_ratio:
+            logits = end_at_output_limit(logits, positions, output_limits(encoder_mask, self.max_output_ratio))
+        return logits, caches
+
+    def output_kernel(self):
+        """The tied output kernel a step projects with, or `()` where the model has an output projection of its own.
+
+        Returns:
+            The embedding's vocabulary kernel, read once per loop, or `()`.
+        """
+        return () if self.output_projection is not None else self.embedding.vocabulary_kernel()
 
     def grow(self, state, cache_length):
         """The state with its self-attention caches lengthened to `cache_length` positions.

@@ -26,18 +26,12 @@ from keras_transformer.decoding.checks import check_max_new_tokens
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
 from keras_transformer.decoding.sampler import FIRST_CACHE_LENGTH
-from keras_transformer.decoding.output_limit import end_at_output_limit
-from keras_transformer.decoding.output_limit import output_limits
-from keras_transformer.decoding.sampler import block_repeated_ngrams
 from keras_transformer.decoding.sampler import compile_function
 from keras_transformer.decoding.sampler import compiles_loop
-from keras_transformer.decoding.sampler import decoder_start_id
-from keras_transformer.decoding.sampler import force_first_token
-from keras_transformer.decoding.sampler import forbidden_token_ids
 from keras_transformer.decoding.sampler import loop_inputs
-from keras_transformer.decoding.sampler import mask_forbidden_tokens
-from keras_transformer_runtime.special_tokens import END_ID
-from keras_transformer_runtime.special_tokens import PAD_ID
+from keras_transformer.decoding.search_step import choose_next_tokens
+from keras_transformer.decoding.search_step import decoder_start_id
+from keras_transformer.decoding.search_step import forbidden_token_ids
 
 
 def ring_mask(column, positions, length):
@@ -146,10 +140,9 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
     sources = ops.max(ops.where(real, ops.arange(rows, dtype="int32") + 1, 0))
     encoder_outputs, encoder_mask = decoder.encoder(encoder_tokens)
     queued_caches = [layer.cross_attention_cache(encoder_outputs) for layer in decoder.decoder_layers]
-    columns = ops.arange(max_new_tokens, dtype="int32")
     forbidden = forbidden_token_ids(decoder)
     start_id = decoder_start_id(decoder)
-    output_kernel = () if decoder.output_projection is not None else decoder.embedding.vocabulary_kernel()
+    output_kernel = decoder.output_kernel()
     phases = ring_phases(max_new_tokens)
 
     # What a refilled row's search starts from: made once, outside the loop (it depends on shapes only).
@@ -180,24 +173,12 @@ def refill_search_tensors(decoder, encoder_tokens, slots, max_new_tokens, no_rep
         live, slot_positions = live_positions(step, source, start)
         positions = each_row(slot_positions)
         column = ops.mod(step, ring)
-        logits, caches, _ = decoder._step_tensors(
-            tokens, column, caches, cross_caches, source_mask, output_kernel, (), positions=positions,
-            self_attention_mask=ring_mask(column, positions, ring))
-        if decoder.max_output_ratio:  # as `CachedDecoder.next_logits`, at each row's own position
-            logits = end_at_output_limit(logits, positions, output_limits(source_mask, decoder.max_output_ratio))
-        logits = mask_forbidden_tokens(logits, forbidden)
-        if forced_first is not None:
-            logits = force_first_token(logits, positions, forced_first)
-        if no_repeat_ngram_size:
-            logits = block_repeated_ngrams(logits, generated, positions, no_repeat_ngram_size)
-        next_tokens, parents, choice_state = choice.choose(logits, finished, choice_state)
+        logits, caches = decoder.ring_logits(tokens, column, positions, ring_mask(column, positions, ring), caches,
+                                             cross_caches, source_mask, output_kernel)
+        next_tokens, parents, generated, finished, choice_state = choose_next_tokens(
+            choice, logits, positions, generated, finished, choice_state, forbidden, forced_first, no_repeat_ngram_size)
         if parents is not None:  # a beam's rows continue hypotheses of their own source
-            generated = ops.take(generated, parents, axis=0)
-            finished = ops.take(finished, parents, axis=0)
             caches = [tuple(ops.take(part, parents, axis=0) for part in cache) for cache in caches]
-        next_tokens = ops.where(finished, PAD_ID, next_tokens)
-        generated = ops.where(ops.equal(columns[None, :], positions[:, None]), next_tokens[:, None], generated)
-        finished = ops.logical_or(finished, ops.equal(next_tokens, END_ID))
         all_finished = ops.all(ops.reshape(finished, (-1, width)), axis=1)
         ended = ops.logical_and(live, ops.logical_or(all_finished,
                                                      ops.greater_equal(slot_positions + 1, max_new_tokens)))

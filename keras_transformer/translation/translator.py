@@ -81,7 +81,7 @@ class Translator(TextTranslator):
             compiled on a CPU, else 64 (`BATCH_SIZE`: torch, or a GPU).
         no_repeat_ngram_size: int; above 0, no translation repeats an
             n-gram of this many tokens, a guard against loops
-            (`decoding.sampler.block_repeated_ngrams`); 0 turns it off.
+            (`decoding.search_step.block_repeated_ngrams`); 0 turns it off.
             Defaults to 3.
         beam_search: `"kept"` (the default: a finished hypothesis keeps
             its place in the beam; GNMT's length penalty
