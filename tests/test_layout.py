@@ -133,3 +133,26 @@ def test_no_module_carries_a_measurement(folder):
              if (kinds := _measurements(line))]
     assert not found, ("say what the code does and why in words, and name the findings section that holds the "
                        "figures (benchmarks/findings/*.md, docs/measured.md):\n" + "\n".join(found))
+
+
+# What a results folder may hold: figures, tables, plots, logs and archives of logs.
+RESULT_DATA_SUFFIXES = {".csv", ".json", ".jsonl", ".log", ".md", ".png", ".svg", ".tgz", ".txt"}
+
+
+def _code_under_results(paths):
+    """The paths among `paths` that are code, not data: a suffix outside `RESULT_DATA_SUFFIXES`, or a `#!` line."""
+    return [path for path in paths
+            if path.suffix not in RESULT_DATA_SUFFIXES or path.read_bytes()[:2] == b"#!"]
+
+
+@pytest.mark.backend_independent
+def test_results_folders_hold_data_only(tmp_path):
+    (tmp_path / "run.sh").write_text("python -m benchmarks.x\n")
+    (tmp_path / "wrapper").write_text("#!/usr/bin/env bash\nexec python x.py\n")
+    (tmp_path / "disguised.txt").write_text("#!/usr/bin/env python\n")
+    (tmp_path / "results.md").write_text("| a | b |\n")
+    assert sorted(path.name for path in _code_under_results(tmp_path.iterdir())) == [
+        "disguised.txt", "run.sh", "wrapper"]
+    found = _code_under_results(path for path in (ROOT / "benchmarks" / "results").rglob("*") if path.is_file())
+    assert not found, ("benchmarks/results/ holds data only: put code in benchmarks/ or retire it with the commit "
+                       "that has it (benchmarks/README.md):\n" + "\n".join(map(str, found)))
