@@ -198,12 +198,15 @@ class CachedDecoder:
         return logits, caches
 
     def output_kernel(self):
-        """The tied output kernel a step projects with, or `()` where the model has an output projection of its own.
+        """The tied output kernel a step projects with, read once a loop; `()` where a step projects otherwise.
 
         Returns:
-            The embedding's vocabulary kernel, read once per loop, or `()`.
+            The embedding's vocabulary kernel, or `()` where the model has
+            an output projection of its own or its token matrix is quantized
+            (Keras' quantized projection runs then).
         """
-        return () if self.output_projection is not None else self.embedding.vocabulary_kernel()
+        kernel = None if self.output_projection is not None else self.embedding.vocabulary_kernel()
+        return () if kernel is None else kernel
 
     def grow(self, state, cache_length):
         """The state with its self-attention caches lengthened to `cache_length` positions.
