@@ -69,7 +69,7 @@ def _engine(args):
     try:
         with phase("load"):
             return Translator.from_directory(args.model, quantize=args.quantize, batch_size=args.batch_size,
-                                             **languages, **translator_settings(args))
+                                             **languages, **decoding_settings(args).translator_arguments())
     except (FileNotFoundError, ValueError) as error:
         raise UserInputError(str(error))
 
@@ -103,19 +103,26 @@ def run_languages(args):
     return {}
 
 
-def translator_settings(args):
-    """The `Translator` arguments of the search flags.
+def decoding_settings(args, **changes):
+    """The `DecodingSettings` of the search flags (`--beam` ... `--max-output-ratio`) holding the run's defaults.
+
+    Args:
+        args: the parsed flags (`search_flags.apply_search_defaults` has run).
+        **changes: other fields (`n_best`, `cross_attention`).
 
     Example:
 
     >>> import argparse
-    >>> translator_settings(argparse.Namespace(beam=4, beam_search="pooled", length_penalty=1.0,
-    ...                     early_stopping=False, max_new_tokens=62, no_repeat_ngram=0))["beam_search"]
+    >>> decoding_settings(argparse.Namespace(beam=4, beam_search="pooled", length_penalty=1.0,
+    ...                   early_stopping=False, max_new_tokens=62, no_repeat_ngram=0)).beam_search
     'pooled'
     """
-    return dict(beam_width=args.beam, beam_search=args.beam_search, length_penalty=args.length_penalty,
-                early_stopping=args.early_stopping, max_new_tokens=args.max_new_tokens,
-                no_repeat_ngram_size=args.no_repeat_ngram, max_output_ratio=getattr(args, "max_output_ratio", None))
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
+
+    return DecodingSettings(beam_width=args.beam, beam_search=args.beam_search, length_penalty=args.length_penalty,
+                            early_stopping=args.early_stopping, max_new_tokens=args.max_new_tokens,
+                            no_repeat_ngram_size=args.no_repeat_ngram,
+                            max_output_ratio=getattr(args, "max_output_ratio", None), **changes)
 
 
 def compiled_translator(args):
@@ -129,22 +136,22 @@ def compiled_translator(args):
     from keras_transformer_runtime.errors import UserInputError
     from keras_transformer_runtime.program_cache import ProgramCache
 
-    def write(*arguments, **settings):
+    def write(*arguments, **options):
         print("keras-transformer: compiling the model's decoding program into the cache "
               "(once per model and setting; later calls start in about a second)", file=sys.stderr, flush=True)
         args.start_keras()
         from keras_transformer.translation.translation_program import write_translation_program
 
         try:
-            write_translation_program(*arguments, **settings)
+            write_translation_program(*arguments, **options)
         except (FileNotFoundError, ValueError) as error:
             raise UserInputError(str(error))
 
     log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
-    return load_compiled_translator(args.model, ProgramCache(), batch_size=args.batch_size, write=write, log=log,
-                                    n_best=(args.n_best or 1) if scored(args) else None,
-                                    cross_attention=reads_attention(args), quantize=getattr(args, "quantize", None),
-                                    **run_languages(args), **translator_settings(args))
+    settings = decoding_settings(args, n_best=(args.n_best or 1) if scored(args) else None,
+                                 cross_attention=reads_attention(args))
+    return load_compiled_translator(args.model, ProgramCache(), settings, batch_size=args.batch_size, write=write,
+                                    log=log, quantize=getattr(args, "quantize", None), **run_languages(args))
 
 
 def reads_attention(args):

@@ -125,11 +125,12 @@ def _with_searches(load, searches):
                                                            searches[setting.max_new_tokens])
 
 
-def _search_settings(search):
-    """The loaders' arguments of a `SearchSettings` (the beam width comes with each served setting)."""
-    return dict(length_penalty=search.length_penalty, no_repeat_ngram_size=search.no_repeat_ngram,
-                beam_search=search.beam_search, early_stopping=search.early_stopping,
-                max_new_tokens=search.max_new_tokens)
+def _decoding_settings(search, setting, args, **changes):
+    """The `DecodingSettings` of a served setting: the run's search, the setting's beam width, the server's cap."""
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
+
+    return DecodingSettings.from_search(search, **changes).replace(beam_width=setting.beam,
+                                                                   max_output_ratio=args.max_output_ratio)
 
 
 def _check_run_folder(folder):
@@ -155,41 +156,42 @@ def _compiled_loader(args):
         engine = engine_description()
 
     def load(run_directory, setting, weights_of, search):
-        return load_compiled_translator(run_directory, cache, beam_width=setting.beam, batch_size=args.batch_size,
-                                        write=write_program_in_a_child, n_best=setting.beam,
-                                        cross_attention=setting.alignments, weights_of=weights_of,
-                                        max_output_ratio=args.max_output_ratio, **_search_settings(search))
+        settings = _decoding_settings(search, setting, args, n_best=setting.beam, cross_attention=setting.alignments)
+        return load_compiled_translator(run_directory, cache, settings, batch_size=args.batch_size,
+                                        write=write_program_in_a_child, weights_of=weights_of)
 
     return load, f"compiled engine ({engine})"
 
 
-def write_program_in_a_child(run_directory, entry, cache, beam_width, length_penalty, no_repeat_ngram_size,
-                             n_best=None, cross_attention=False, beam_search="kept", early_stopping=False,
-                             max_new_tokens=None, quantize=None, max_output_ratio=None):
+def write_program_in_a_child(run_directory, entry, cache, settings=None, quantize=None, **options):
     """Writes a missing program with a child `translate` (Keras on JAX), so this process never imports Keras.
 
     The `write` of `load_compiled_translator`, for a process that serves
     (or measures) without Keras, or whose Keras runs another backend. Every
-    search setting is passed as a flag, so the child writes the program of
-    this setting whatever the run's defaults.
+    option of `settings` (a `DecodingSettings`; `options` replace its
+    fields) is passed as a flag, so the child writes the program of this
+    setting whatever the run's defaults.
 
     Example:
 
-    >>> write_program_in_a_child("runs/es-en", entry, cache, 4, 0.6, 3)  # doctest: +SKIP
+    >>> write_program_in_a_child("runs/es-en", entry, cache, DecodingSettings(beam_width=1))  # doctest: +SKIP
     """
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.errors import UserInputError
 
-    print(f"keras-transformer: compiling the decoding program of {beam_search} beam {beam_width}"
-          f"{' with alignments' if cross_attention else ''} into the cache (once per model and setting)",
+    settings = (settings or DecodingSettings()).replace(**options)
+    print(f"keras-transformer: compiling the decoding program of {settings.beam_search} beam {settings.beam_width}"
+          f"{' with alignments' if settings.cross_attention else ''} into the cache (once per model and setting)",
           file=sys.stderr, flush=True)
-    scored = ["--n-best", str(n_best), "--format", "jsonl"] if n_best else []
-    search = ["--beam-search", beam_search, "--length-penalty", repr(float(length_penalty)),
-              "--early-stopping" if early_stopping else "--no-early-stopping",
-              *(["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else []),
-              *(["--max-output-ratio", repr(float(max_output_ratio))] if max_output_ratio is not None else [])]
+    scored = ["--n-best", str(settings.n_best), "--format", "jsonl"] if settings.n_best else []
+    search = ["--beam-search", settings.beam_search, "--length-penalty", repr(settings.length_penalty),
+              "--early-stopping" if settings.early_stopping else "--no-early-stopping",
+              *(["--max-new-tokens", str(settings.max_new_tokens)] if settings.max_new_tokens else []),
+              "--max-output-ratio", repr(settings.max_output_ratio)]
     command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
-               "--engine", "compiled", "--beam", str(beam_width), "--no-repeat-ngram", str(no_repeat_ngram_size),
-               *search, *scored, *(["--alignments"] if cross_attention else []),
+               "--engine", "compiled", "--beam", str(settings.beam_width),
+               "--no-repeat-ngram", str(settings.no_repeat_ngram_size),
+               *search, *scored, *(["--alignments"] if settings.cross_attention else []),
                *(["--quantize", quantize] if quantize else []), ""]
     # The child finds the same cache: ProgramCache() reads the same environment.
     result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
@@ -208,8 +210,9 @@ def _keras_loader(args):
     def load(run_directory, setting, weights_of, search):
         key = (run_directory, setting.beam, setting.max_new_tokens)
         if key not in loaded:
-            loaded[key] = Translator.from_directory(run_directory, beam_width=setting.beam, batch_size=args.batch_size,
-                                                    max_output_ratio=args.max_output_ratio, **_search_settings(search))
+            settings = _decoding_settings(search, setting, args)
+            loaded[key] = Translator.from_directory(run_directory, batch_size=args.batch_size,
+                                                    **settings.translator_arguments())
         return loaded[key]
 
     return load, f"Keras model ({keras.backend.backend()})"

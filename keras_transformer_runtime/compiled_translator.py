@@ -29,6 +29,7 @@ from keras_transformer_runtime.batch_threads import resolve_parallel_batches
 from keras_transformer_runtime.cpu_compiler_options import compile_for_cpu
 from keras_transformer_runtime.cpu_compiler_options import lone_sentence_rows
 from keras_transformer_runtime.errors import UserInputError
+from keras_transformer_runtime.decoding_settings import DecodingSettings
 from keras_transformer_runtime.fixed_shape_program import FixedShapePrograms
 from keras_transformer_runtime.hypotheses import NBest
 from keras_transformer_runtime.program_cache import entry_key
@@ -36,7 +37,6 @@ from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
 from keras_transformer_runtime.run_tokenizer import sentence_settings
 from keras_transformer_runtime.run_tokenizer import vocabulary_files
-from keras_transformer_runtime.search_defaults import checked_output_ratio
 from keras_transformer_runtime.search_defaults import model_positions
 from keras_transformer_runtime.search_defaults import run_ends_at_limit
 from keras_transformer_runtime.text_translator import TextTranslator
@@ -47,8 +47,6 @@ from keras_transformer_runtime.weights_file import WEIGHTS_FILE
 from keras_transformer_runtime.weights_file import read_weights as read_entry_weights
 
 SETTINGS_FILE = "settings.json"
-# Beam search's length penalty, as `Translator`'s default.
-DEFAULT_LENGTH_PENALTY = 0.6
 # Sentences a batch of a beam program (`batch_size="auto"`) on a CPU, where a
 # batch a core decode side by side: 4 translated the README's model's test
 # split fastest, 8 and 2 slower; greedy stays at 8 rows: fewer or more were
@@ -73,36 +71,6 @@ def engine_description():
     import jaxlib
 
     return f"jax {jax.__version__} jaxlib {jaxlib.__version__} {jax.default_backend()}"
-
-
-def program_file(beam_width, length_penalty, no_repeat_ngram_size, max_new_tokens, n_best=None,
-                 cross_attention=False, beam_search="kept", early_stopping=False, end_at_limit=True,
-                 refill_slots=None, max_output_ratio=0.0):
-    """The file name of the program for one decoding setting (an n-best list's, with its attention, or not).
-
-    The search's kind comes first, so an entry keeps the kept and the
-    pooled programs of one beam width side by side; a pooled search whose
-    hypotheses open at the limit count no closing `</s>` (`end_at_limit`
-    False: NLLB-200's) is a program of its own, and so is greedy search
-    refilling `refill_slots` rows (`REFILL_SLOTS`); a cap on run-away output
-    (`max_output_ratio` above 0) is named after the length limit.
-
-    Example:
-
-    >>> program_file(4, 0.6, 3, 127), program_file(4, 0.6, 3, 127, n_best=2, cross_attention=True)
-    ('kept-beam4-alpha0.6-norepeat3-new127.jaxexport', 'kept-beam4-alpha0.6-norepeat3-new127-nbest2-attention.jaxexport')
-    >>> program_file(4, 1.0, 0, 126, beam_search="pooled", early_stopping=True)
-    'pooled-early-beam4-alpha1.0-norepeat0-new126.jaxexport'
-    >>> program_file(1, 0.6, 3, 127, refill_slots=8, max_output_ratio=2.0)
-    'refill8-kept-beam1-alpha0.6-norepeat3-new127-ratio2.0.jaxexport'
-    """
-    n_best_part = f"-nbest{int(n_best)}{'-attention' if cross_attention else ''}" if n_best else ""
-    kind = f"{beam_search}{'-early' if beam_search == 'pooled' and early_stopping else ''}"
-    kind += "-noforcedend" if beam_search == "pooled" and not end_at_limit else ""
-    kind = f"refill{int(refill_slots)}-{kind}" if refill_slots else kind
-    ratio = f"-ratio{float(max_output_ratio)!r}" if max_output_ratio else ""
-    return f"{kind}-beam{int(beam_width)}-alpha{float(length_penalty)!r}-norepeat{int(no_repeat_ngram_size)}" \
-           f"-new{int(max_new_tokens)}{ratio}{n_best_part}.jaxexport"
 
 
 def use_compilation_cache(cache):
@@ -329,41 +297,34 @@ def _require_run_files(run_directory):
             )
 
 
-def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=DEFAULT_LENGTH_PENALTY,
-                             no_repeat_ngram_size=3, batch_size="auto", write=None, log=None, n_best=None,
-                             cross_attention=False, weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES,
-                             beam_search="kept", early_stopping=False, max_new_tokens=None, source_language=None,
-                             target_language=None, quantize=None, max_output_ratio=None):
+def load_compiled_translator(run_directory, cache, settings=None, batch_size="auto", write=None, log=None,
+                             weights_of=None, parallel_batches=DEFAULT_PARALLEL_BATCHES, source_language=None,
+                             target_language=None, quantize=None, **options):
     """The `CompiledTranslator` of a run, from the cache; on a miss, `write` fills the cache first.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         cache: a `ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size, batch_size, beam_search, early_stopping:
-            as `Translator`'s (`"pooled"`: transformers' beam search).
-        max_new_tokens: int, the longest translation in tokens; None: the
-            model's positions less one (read from the run's `config.json`).
-        n_best, cross_attention: the program of an n-best list (and its
-            cross-attention) instead of a plain translation's
-            (`CompiledTranslator`).
-        parallel_batches: as `CompiledTranslator`'s.
+        settings: a `DecodingSettings` (None: the package's defaults): the
+            search, and with `n_best` (and `cross_attention`) the program of
+            an n-best list instead of a plain translation's. Its
+            `max_new_tokens` None: the model's positions less one.
+        batch_size, parallel_batches: as `CompiledTranslator`'s.
         source_language, target_language: an NLLB-200 run's languages
             (`spa_Latn`); one program serves every pair (`with_languages`).
         quantize: None, or a Keras quantization mode ("int8", "int4"): the
             program of the model quantized so (`Translator.from_directory`),
             in an entry of its own, its weights the quantized ones.
-        max_output_ratio: as `Translator`'s (None: the default cap), a program of its own.
         weights_of: None, or a `CompiledTranslator` of the same run whose
             weights (already on the device) the new one shares: a server
             holding several settings of one model keeps one copy.
-        write: called as `write(run_directory, entry, cache, beam_width=...,
-            length_penalty=..., no_repeat_ngram_size=..., n_best=...,
-            cross_attention=..., beam_search=..., early_stopping=...,
-            max_new_tokens=..., quantize=...)` when the entry
-            lacks the weights or this setting's program: it writes them
+        write: called as `write(run_directory, entry, cache, settings,
+            quantize=...)` when the entry lacks the weights or this
+            setting's program: it writes them
             (`keras_transformer.translation.translation_program.write_translation_program`,
             which needs Keras on JAX). None: a miss returns None.
         log: callable taking one line (e.g. "translation program: from the cache"); None logs nothing.
+        **options: `DecodingSettings` fields that replace `settings`' own (`beam_width=1`).
 
     Returns:
         A `CompiledTranslator`, or None on a miss without `write`.
@@ -378,9 +339,10 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
     """
     log = log or (lambda line: None)
     _require_run_files(run_directory)
-    if max_new_tokens is None:  # named in the program's file: a writer in another process must write the same
+    settings = (settings or DecodingSettings()).replace(**options)
+    if settings.max_new_tokens is None:  # named in the program's file: a writer in another process must write the same
         positions = model_positions(run_directory)
-        max_new_tokens = positions - 1 if positions else None
+        settings = settings.replace(max_new_tokens=positions - 1 if positions else None)
     with phase("import"):
         use_compilation_cache(cache)
         engine = engine_description()
@@ -388,16 +350,12 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         quantized = f" quantized {quantize}" if quantize else ""
         entry = cache.entry(entry_key(run_directory, MODEL_FILE, vocabulary_files(run_directory), engine + quantized,
                                       cache.digests_directory()))
-        setting = dict(beam_width=beam_width, length_penalty=length_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                       n_best=n_best, cross_attention=bool(n_best and cross_attention), beam_search=beam_search,
-                       early_stopping=bool(early_stopping), max_new_tokens=max_new_tokens,
-                       max_output_ratio=checked_output_ratio(max_output_ratio))
         end_at_limit = run_ends_at_limit(run_directory)  # the run's, as the writer's `Translator.from_directory`
-        refills = refills_on_this_platform(beam_width, n_best)
+        refills = refills_on_this_platform(settings.beam_width, settings.n_best)
 
         def read():
-            loaded = _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=weights_of is None)
-            refill = refills and _read_entry(cache, entry, **setting, end_at_limit=end_at_limit, read_weights=False,
+            loaded = _read_entry(cache, entry, settings, end_at_limit=end_at_limit, read_weights=weights_of is None)
+            refill = refills and _read_entry(cache, entry, settings, end_at_limit=end_at_limit, read_weights=False,
                                              refill_slots=REFILL_SLOTS)
             return None if loaded is None or refill is None else (loaded, refill)
 
@@ -406,14 +364,14 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         if write is None:
             return None
         log(f"translation program: writing it to {entry} (once per model and setting)")
-        write(run_directory, entry, cache, **setting, quantize=quantize)
+        write(run_directory, entry, cache, settings, quantize=quantize)
         with phase("load"):
             loaded = read()
         if loaded is None:
             raise RuntimeError(f"The translation program written to {entry} cannot be read back.")
     else:
         log(f"translation program: from the cache, {entry}")
-    (program, weights, settings, program_path), refill = loaded
+    (program, weights, entry_settings, program_path), refill = loaded
     with phase("load"):
         if weights_of is not None:
             weights, tokenizer = weights_of._weights, weights_of.tokenizer
@@ -422,8 +380,9 @@ def load_compiled_translator(run_directory, cache, beam_width=4, length_penalty=
         if source_language is not None or target_language is not None:
             tokenizer = tokenizer.with_languages(source_language, target_language)
         translator = CompiledTranslator(
-            program, weights, tokenizer, settings["max_length"], batch_size=batch_size, beam_width=beam_width,
-            n_best=n_best, cross_attention=setting["cross_attention"], parallel_batches=parallel_batches,
+            program, weights, tokenizer, entry_settings["max_length"], batch_size=batch_size,
+            beam_width=settings.beam_width, n_best=settings.n_best, cross_attention=settings.cross_attention,
+            parallel_batches=parallel_batches,
             fixed_shape_programs=FixedShapePrograms(cache, program_path, program),
             refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])))
         for name, value in sentence_settings(run_directory).items():
@@ -446,21 +405,18 @@ def refills_on_this_platform(beam_width, n_best=None):
     return beam_width == 1 and not n_best and jax.default_backend() == "cpu"
 
 
-def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, n_best, cross_attention,
-                beam_search, early_stopping, max_new_tokens, max_output_ratio, end_at_limit=True, read_weights=True,
-                refill_slots=None):
-    """`(program, weights, settings, program's path)` of an entry (weights None unless `read_weights`), or None.
+def _read_entry(cache, entry, settings, end_at_limit=True, read_weights=True, refill_slots=None):
+    """`(program, weights, entry settings, program's path)` of a `DecodingSettings`' program in an entry, or None.
 
-    None: a part is missing.
+    The weights are None unless `read_weights`. None: a part is missing.
     """
     from jax import export
 
-    settings = cache.read_json(entry / SETTINGS_FILE)
-    if not settings or "max_length" not in settings:
+    entry_settings = cache.read_json(entry / SETTINGS_FILE)
+    if not entry_settings or "max_length" not in entry_settings:
         return None
-    program_path = entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
-                                        max_new_tokens or settings["max_length"] - 1, n_best, cross_attention,
-                                        beam_search, early_stopping, end_at_limit, refill_slots, max_output_ratio)
+    program_path = entry / settings.program_file(settings.max_new_tokens or entry_settings["max_length"] - 1,
+                                                 end_at_limit, refill_slots)
     weights_path = entry / WEIGHTS_FILE
     try:
         program = export.deserialize(bytearray(program_path.read_bytes()))
@@ -472,7 +428,7 @@ def _read_entry(cache, entry, beam_width, length_penalty, no_repeat_ngram_size, 
     except (OSError, ValueError, KeyError):
         return None
     cache.touch(program_path, weights_path, entry / INDEX_FILE, entry / SETTINGS_FILE)
-    return program, weights, settings, program_path
+    return program, weights, entry_settings, program_path
 
 
 def settings_bytes(max_length):

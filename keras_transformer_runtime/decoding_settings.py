@@ -80,6 +80,28 @@ class DecodingSettings:
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def from_search(cls, search, **changes):
+        """The setting of a call whose search flags `search_defaults.resolve_search` resolved.
+
+        Args:
+            search: a `search_defaults.SearchSettings` (the flags' names:
+                `beam`, `no_repeat_ngram`).
+            **changes: other fields (`n_best`, `max_output_ratio`, ...).
+
+        Example:
+
+        >>> from keras_transformer_runtime.search_defaults import resolve_search
+        >>> DecodingSettings.from_search(resolve_search("no such run", beam=1), n_best=1).beam_width
+        1
+        >>> DecodingSettings.from_search(resolve_search("no such run"), beam_width=2).beam_width
+        2
+        """
+        return cls(**{"beam_width": search.beam, "beam_search": search.beam_search,
+                      "length_penalty": search.length_penalty, "early_stopping": search.early_stopping,
+                      "no_repeat_ngram_size": search.no_repeat_ngram, "max_new_tokens": search.max_new_tokens,
+                      **changes})
+
     def replace(self, **changes):
         """A copy with `changes` (checked as a new setting).
 

@@ -26,9 +26,9 @@ from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.translation.translator import Translator
 from keras_transformer_runtime.compiled_translator import REFILL_SLOTS
 from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
-from keras_transformer_runtime.compiled_translator import program_file
 from keras_transformer_runtime.compiled_translator import refills_on_this_platform
 from keras_transformer_runtime.compiled_translator import settings_bytes
+from keras_transformer_runtime.decoding_settings import DecodingSettings
 from keras_transformer_runtime.timings import phase
 from keras_transformer_runtime.weights_file import INDEX_FILE
 from keras_transformer_runtime.weights_file import WEIGHTS_FILE
@@ -182,21 +182,18 @@ def attention_kernels_for_export(model, platform):
             layer._flash_attention = flash_attention
 
 
-def write_translation_program(run_directory, entry, cache, beam_width=4, length_penalty=0.6,
-                              no_repeat_ngram_size=3, n_best=None, cross_attention=False, beam_search="kept",
-                              early_stopping=False, max_new_tokens=None, quantize=None, max_output_ratio=None):
+def write_translation_program(run_directory, entry, cache, settings=None, quantize=None, **options):
     """Writes a run's weights, settings and the program of one decoding setting into a cache entry.
 
     Args:
         run_directory: the `--output` folder of `keras-transformer train`.
         entry: the entry's folder (`ProgramCache.entry`).
         cache: the `keras_transformer_runtime.program_cache.ProgramCache`.
-        beam_width, length_penalty, no_repeat_ngram_size, beam_search, early_stopping: as `Translator`'s.
-        max_new_tokens, max_output_ratio: as `Translator`'s.
-        n_best, cross_attention: as `export_decoding_program`'s.
+        settings: a `DecodingSettings` (None: the package's defaults).
         quantize: None, or a Keras quantization mode ("int8", "int4"): the
             model is quantized so before its program is exported, and the
             entry keeps the quantized weights.
+        **options: `DecodingSettings` fields that replace `settings`' own.
 
     Raises:
         UserInputError, FileNotFoundError, ValueError: as `Translator.from_directory`.
@@ -204,31 +201,24 @@ def write_translation_program(run_directory, entry, cache, beam_width=4, length_
 
     Example:
 
-    >>> write_translation_program("runs/es-en", entry, cache, beam_search="pooled")  # doctest: +SKIP
+    >>> write_translation_program("runs/es-en", entry, cache, DecodingSettings(beam_search="pooled"))  # doctest: +SKIP
     """
+    settings = (settings or DecodingSettings()).replace(**options)
     with phase("load"):
-        translator = Translator.from_directory(run_directory, beam_width=beam_width, length_penalty=length_penalty,
-                                               no_repeat_ngram_size=no_repeat_ngram_size, beam_search=beam_search,
-                                               early_stopping=early_stopping, max_new_tokens=max_new_tokens,
-                                               quantize=quantize, max_output_ratio=max_output_ratio)
+        translator = Translator.from_directory(run_directory, quantize=quantize, **settings.translator_arguments())
+    settings = settings.replace(max_new_tokens=translator.max_new_tokens)
     with phase("compile"):
-        program = export_decoding_program(translator, n_best, cross_attention)
+        program = export_decoding_program(translator, settings.n_best, settings.cross_attention)
     with phase("write"):
         variables = translator.decoder.model.variables
         index, data = weights_files([keras.ops.convert_to_numpy(v) for v in variables])
         cache.write(entry / INDEX_FILE, index)
         cache.write(entry / WEIGHTS_FILE, data)
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
-        name = program_file(beam_width, length_penalty, no_repeat_ngram_size, translator.max_new_tokens,
-                            n_best, cross_attention, beam_search=beam_search, early_stopping=early_stopping,
-                            end_at_limit=translator.end_at_limit, max_output_ratio=translator.max_output_ratio)
-        cache.write(entry / name, bytes(program.serialize()))
-    if refills_on_this_platform(beam_width, n_best):  # the same search, refilling (`load_compiled_translator`)
+        cache.write(entry / settings.program_file(end_at_limit=translator.end_at_limit), bytes(program.serialize()))
+    if refills_on_this_platform(settings.beam_width, settings.n_best):  # `load_compiled_translator` reads it too
         with phase("compile"):
             program = export_decoding_program(translator, refill_slots=REFILL_SLOTS)
         with phase("write"):
-            cache.write(entry / program_file(beam_width, length_penalty, no_repeat_ngram_size,
-                                             translator.max_new_tokens, beam_search=beam_search,
-                                             early_stopping=early_stopping, end_at_limit=translator.end_at_limit,
-                                             refill_slots=REFILL_SLOTS, max_output_ratio=translator.max_output_ratio),
+            cache.write(entry / settings.program_file(end_at_limit=translator.end_at_limit, refill_slots=REFILL_SLOTS),
                         bytes(program.serialize()))
