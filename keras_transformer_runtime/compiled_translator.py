@@ -32,6 +32,10 @@ from keras_transformer_runtime.errors import UserInputError
 from keras_transformer_runtime.decoding_settings import DecodingSettings
 from keras_transformer_runtime.fixed_shape_program import FixedShapePrograms
 from keras_transformer_runtime.hypotheses import NBest
+from keras_transformer_runtime.jax_internals import FIXED_SHAPE_PROGRAM
+from keras_transformer_runtime.jax_internals import FastPathFallback
+from keras_transformer_runtime.jax_internals import backend_check_skipped
+from keras_transformer_runtime.jax_internals import weights_uncopied
 from keras_transformer_runtime.program_cache import entry_key
 from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.run_tokenizer import load_run_tokenizer
@@ -91,44 +95,6 @@ def use_compilation_cache(cache):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-@contextlib.contextmanager
-def lapack_setup_skipped(program):
-    """Inside, JAX lowers `program` without first setting up its LAPACK kernels, unless the program calls LAPACK.
-
-    Before lowering an exported program for a CPU, JAX (0.10) sets up the
-    LAPACK kernels its linear-algebra operations call, which imports
-    `scipy.linalg`: a noticeable part of a one-sentence `translate`
-    (benchmarks/findings/decoding.md, "The compiled engine on a CPU"). A
-    decoding program has no such operation (matrix products are XLA's
-    own), so for it the set-up is skipped; a program whose module names one
-    of JAX's LAPACK kernels gets it, and so does every program for another
-    platform (a GPU's set-up is not measured, so not skipped) or under a
-    JAX that sets up otherwise.
-
-    Args:
-        program: a `jax.export.Exported`.
-    """
-    try:
-        from jax._src.export import _export
-        from jax._src.lib import lapack
-
-        kernels = [name.encode() for name in lapack._lapack.registrations()]
-    except (ImportError, AttributeError):
-        kernels = None
-    setup = getattr(_export, "_ensure_backends_initialized", None) if kernels else None
-    if tuple(program.platforms) != ("cpu",):
-        setup = None
-    module = bytes(program.mlir_module_serialized)
-    if setup is None or any(kernel in module for kernel in kernels):
-        yield
-        return
-    _export._ensure_backends_initialized = lambda platforms: None
-    try:
-        yield
-    finally:
-        _export._ensure_backends_initialized = setup
-
-
 class CompiledTranslator(TextTranslator):
     """Translates strings with an exported decoding program (`jax.export`), no Keras.
 
@@ -164,16 +130,25 @@ class CompiledTranslator(TextTranslator):
             greedy search refilling `REFILL_SLOTS` rows: with a batch size
             of `REFILL_SLOTS`, a call of more sentences goes in queues
             (`batch_threads.queue_parts`) to it.
+        log: callable taking one line, or None: told once of each fast
+            path of `jax_internals` that falls back on the JAX running
+            (`translate --verbose` prints it).
     """
 
     def __init__(self, program, weights, tokenizer, max_length, batch_size="auto", beam_width=1, n_best=None,
                  cross_attention=False, parallel_batches=DEFAULT_PARALLEL_BATCHES, fixed_shape_programs=None,
-                 refill=None):
+                 refill=None, log=None):
         import jax
 
         self.program = program
         self.fixed_shape_programs = fixed_shape_programs
+        self._log = log or (lambda line: None)
+        self._fell_back = set()
         self._weights = jax.device_put(list(weights))
+        try:
+            weights_uncopied(weights, self._weights)
+        except FastPathFallback as fallback:
+            self._fall_back(fallback)
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.bucketed = True
@@ -199,6 +174,27 @@ class CompiledTranslator(TextTranslator):
         # An NLLB-200 run's program also takes the forced first token (`translation_program`).
         self._forces_first = len(program.in_avals) == len(self._weights) + 2
 
+    def _fall_back(self, fallback):
+        if fallback.fast_path not in self._fell_back:  # one line a fast path, however many shapes meet it
+            self._fell_back.add(fallback.fast_path)
+            self._log(str(fallback))
+
+    def _fixed_program(self, fixed_programs, shape):
+        if not fixed_programs or FIXED_SHAPE_PROGRAM in self._fell_back:
+            return None
+        try:
+            return fixed_programs.program_for(shape)
+        except FastPathFallback as fallback:
+            self._fall_back(fallback)
+            return None
+
+    def _backend_check_skipped(self, program):
+        try:
+            return backend_check_skipped(program)
+        except FastPathFallback as fallback:
+            self._fall_back(fallback)
+            return contextlib.nullcontext(False)
+
     def _program_for(self, shape, refill=False):
         compiled = self._compiled.get((shape, refill))
         if compiled is None:
@@ -208,13 +204,13 @@ class CompiledTranslator(TextTranslator):
                     import jax
 
                     program, fixed_programs = self._refill if refill else (self.program, self.fixed_shape_programs)
-                    with phase("compile"):
-                        fixed = fixed_programs and fixed_programs.program_for(shape)
+                    # Making the fixed-shape program lowers the symbolic one: the set-up is skipped for both.
+                    with phase("compile"), self._backend_check_skipped(program):
+                        fixed = self._fixed_program(fixed_programs, shape)
                         run = jax.jit(fixed.call if fixed else program.call)
                         source = jax.ShapeDtypeStruct(shape, np.int32)
                         forced = (jax.ShapeDtypeStruct((), np.int32),) if self._forces_first else ()
-                        with lapack_setup_skipped(fixed or program):
-                            compiled = compile_for_cpu(run.lower(self._weights, source, *forced), self._weights)
+                        compiled = compile_for_cpu(run.lower(self._weights, source, *forced), self._weights)
                         self._compiled[(shape, refill)] = compiled
         return compiled
 
@@ -384,7 +380,7 @@ def load_compiled_translator(run_directory, cache, settings=None, batch_size="au
             beam_width=settings.beam_width, n_best=settings.n_best, cross_attention=settings.cross_attention,
             parallel_batches=parallel_batches,
             fixed_shape_programs=FixedShapePrograms(cache, program_path, program),
-            refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])))
+            refill=refill and (refill[0], FixedShapePrograms(cache, refill[3], refill[0])), log=log)
         for name, value in sentence_settings(run_directory).items():
             setattr(translator, name, value)
         return translator

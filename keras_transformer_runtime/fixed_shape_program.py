@@ -13,12 +13,15 @@ programs and mapped weights").
 Exporting `jax.jit(program.call)` at fixed shapes is not enough: a module
 that calls one with symbolic shapes stays marked as needing the
 refinement (`Exported.uses_global_constants`), and is refined again in
-every process. So the refinement is done here, with two of JAX's internal
-functions; under a JAX without them `fixed_shape_program` returns None and
-the symbolic program serves, as before.
+every process. So the refinement is done here, with JAX's internal
+functions (`jax_internals.fixed_shape_module`); under a JAX without them
+`fixed_shape_program` raises `jax_internals.FastPathFallback` and the
+symbolic program serves, as before.
 """
 
 import dataclasses
+
+from keras_transformer_runtime.jax_internals import fixed_shape_module
 
 _SUFFIX = ".jaxexport"
 
@@ -41,7 +44,7 @@ def _is_fixed(aval):
 
 
 def fixed_shape_program(program, shape):
-    """`program` with its source fixed to `shape` and every shape inside refined, or None if this JAX cannot.
+    """`program` with its source fixed to `shape` and every shape inside refined.
 
     The result computes what `program` computes for sources of that shape
     (the same module, its shapes resolved as XLA would have them), and its
@@ -53,11 +56,11 @@ def fixed_shape_program(program, shape):
         shape: `(rows, width)`, the batch shape.
 
     Returns:
-        A `jax.export.Exported` of fixed shapes, or None: the JAX running
-        has not the internal functions this needs.
+        A `jax.export.Exported` of fixed shapes.
 
     Raises:
         ValueError: `program` has no symbolic input, or more than one.
+        FastPathFallback: the JAX running cannot refine it (`jax_internals.fixed_shape_module`).
 
     Example:
 
@@ -65,20 +68,12 @@ def fixed_shape_program(program, shape):
     >>> from jax import export
     >>> add = export.export(jax.jit(lambda x: x + 1))(jax.ShapeDtypeStruct(export.symbolic_shape("b, n"), np.int32))
     >>> fixed = fixed_shape_program(add, (2, 3))
-    >>> fixed is None or ([a.shape for a in fixed.in_avals], fixed.uses_global_constants)
+    >>> [a.shape for a in fixed.in_avals], fixed.uses_global_constants
     ([(2, 3)], False)
     """
     import jax
     from jax import export
 
-    try:
-        from jax._src.export import _export
-        from jax._src.interpreters import mlir
-
-        refine, to_bytecode, make_context = (mlir.refine_polymorphic_shapes, _export._module_to_bytecode,
-                                             mlir.make_ir_context)
-    except (ImportError, AttributeError):
-        return None
     symbolic = [i for i, aval in enumerate(program.in_avals) if not _is_fixed(aval)]
     if len(symbolic) != 1:
         raise ValueError(f"A decoding program has one input of symbolic shape, the source; this one has "
@@ -88,10 +83,7 @@ def fixed_shape_program(program, shape):
     args, kwargs = jax.tree_util.tree_unflatten(program.in_tree, avals)
     calling = export.export(jax.jit(program.call), platforms=program.platforms,
                             disabled_checks=program.disabled_safety_checks)(*args, **kwargs)
-    with make_context():
-        refined = refine(mlir.ir.Module.parse(calling.mlir_module()))
-        module = to_bytecode(refined)
-    return dataclasses.replace(calling, mlir_module_serialized=module, uses_global_constants=False)
+    return dataclasses.replace(calling, mlir_module_serialized=fixed_shape_module(calling), uses_global_constants=False)
 
 
 class FixedShapePrograms:
@@ -121,10 +113,13 @@ class FixedShapePrograms:
         return self.program_path.with_name(fixed_shape_file(self.program_path.name, shape))
 
     def program_for(self, shape):
-        """The program fixed to `shape`: from its file, else made and written there; None if this JAX cannot make it.
+        """The program fixed to `shape`: from its file, else made and written there.
 
         A damaged file is made again. A cache that cannot be written still
         gives the program made.
+
+        Raises:
+            FastPathFallback: no file, and this JAX cannot make it (`fixed_shape_program`).
         """
         from jax import export
 
@@ -137,9 +132,8 @@ class FixedShapePrograms:
             self.cache.touch(path)
             return fixed
         fixed = fixed_shape_program(self.program, shape)
-        if fixed is not None:
-            try:
-                self.cache.write(path, bytes(fixed.serialize()))
-            except OSError:
-                pass
+        try:
+            self.cache.write(path, bytes(fixed.serialize()))
+        except OSError:
+            pass
         return fixed

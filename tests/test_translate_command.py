@@ -386,32 +386,6 @@ def test_a_cache_folder_that_cannot_be_written_falls_back_to_the_keras_model_wit
     assert b"cannot be used" in result.stderr and b"Traceback" not in result.stderr
 
 
-def test_the_lapack_set_up_is_skipped_only_for_a_program_that_calls_no_lapack():
-    from jax import export
-    from jax._src.export import _export
-
-    from keras_transformer_runtime.compiled_translator import lapack_setup_skipped
-
-    calls = []
-    original = _export._ensure_backends_initialized
-
-    def recorder(platforms):
-        calls.append(platforms)
-
-    _export._ensure_backends_initialized = recorder
-    try:
-        for function, expected in ((lambda a: a @ a + 1.0, 0), (lambda a: jax.numpy.linalg.inv(a), 1)):
-            program = export.export(jax.jit(function))(jax.ShapeDtypeStruct((3, 3), "float32"))
-            calls.clear()
-            with lapack_setup_skipped(program):
-                result = jax.jit(program.call)(np.eye(3, dtype="float32") * 2.0)
-            assert len(calls) == expected
-            np.testing.assert_allclose(np.asarray(result), np.asarray(function(np.eye(3, dtype="float32") * 2.0)))
-        assert _export._ensure_backends_initialized is recorder  # put back as it was
-    finally:
-        _export._ensure_backends_initialized = original
-
-
 def test_a_lone_sentence_decodes_in_one_row_as_it_would_in_a_batch(trained_run, warm_cache):
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
 
