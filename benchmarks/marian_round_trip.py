@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from benchmarks.marian_import import cpu_name
+from benchmarks.machine import cpu_name
 
 
 def _greedy(model, tokenizer, texts, max_new_tokens, add_special_tokens, batch_size=32):

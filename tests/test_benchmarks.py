@@ -493,3 +493,27 @@ def test_the_documents_benchmark_scores_paragraphs_three_ways_and_each_sentence_
     assert all(row["paragraphs"] == 9 // row["verses"] and row["length_ratio"] > 0 for row in rows)
     assert own == 32 and translator.sentence_tokens == own  # a run trained here's, given back
     assert doctest.testmod(documents).failed == 0
+
+
+@pytest.mark.benchmark_scripts
+@pytest.mark.parametrize("shape", ["tiny-marian", "tiny-nllb"])
+def test_the_import_benchmark_finds_transformers_logits_and_greedy_tokens_on_its_tiny_shapes(shape, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    from benchmarks import model_import
+
+    model_import.main(["--shape", shape, "--out", str(tmp_path)])
+    figures = json.loads((tmp_path / "results.json").read_text())
+    sentences = f"{len(model_import.SENTENCES)} / {len(model_import.SENTENCES)}"
+    assert figures["max_abs_logit_difference"] < 1e-4 * figures["largest_abs_logit"]
+    positions = figures["argmax_agreement"].split(" / ")[1]
+    assert int(positions) > 0 and figures["argmax_agreement"] == f"{positions} / {positions}"
+    assert figures["greedy_rows_identical"] == figures["greedy_texts_identical"] == sentences
+    assert figures["greedy_tokens_compared"] > len(model_import.SENTENCES)
+    assert figures["parameters"] > 0 and figures["import_peak_resident_mb"] > 0
+    assert 0 < figures["translate_second_wall_seconds"] and 0 < figures["transformers_generate_second_seconds"]
+    assert ("export_marian_wall_seconds" in figures) == (shape == "tiny-marian")
+    if shape == "tiny-marian":
+        assert figures["export_marian_max_abs_logit_difference"] < 1e-4 * figures["largest_abs_logit"]
+        assert {figures[key] for key in figures if key.endswith(("_identical", "_ids"))} == {sentences}
+    assert f"--shape {shape}" in (tmp_path / "results.md").read_text()
