@@ -5,8 +5,8 @@ bf16 peak FLOP/s; `limit_threads` sizes the CPU thread pools of TensorFlow,
 torch and XLA; `hide_gpus_from_tensorflow` keeps TensorFlow (there only to
 feed `tf.data`) off the GPU of a JAX or torch run; `PeakMemory` measures the
 peak memory growth of a block, the GPU allocator's or, on a CPU, the
-process's resident set size sampled every 5 ms. `benchmarks.input_pipeline`
-and `benchmarks.profile_step` use them too.
+process's resident set size sampled every 5 ms. `benchmarks.profile_step`
+uses them too.
 """
 
 import os

@@ -15,7 +15,6 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_CORPUS
 from conftest import to_numpy
 
 from keras_transformer.training import model_flops as flops
@@ -239,30 +238,6 @@ def test_full_quick_run_covers_every_implementation_and_phase(tmp_path):
     assert rows["keras_hub"]["decode"]["cached_tokens_per_second"] > 0
     assert "cached_tokens_per_second" not in rows["tutorial"]["decode"]
     assert (tmp_path / "results.md").is_file()
-
-
-@pytest.mark.benchmark_scripts
-def test_the_input_pipeline_benchmark_compares_the_same_batches_live_and_from_memory(tmp_path):
-    from benchmarks import input_pipeline
-
-    args = input_pipeline.parse_args(["--config", "quick", "--max-length", "32", "--batch-tokens", "256",
-                                      "--steps", "3", "--repeats", "1", "--corpus", str(FIXTURE_CORPUS),
-                                      "--out", str(tmp_path)])
-    tokenized = input_pipeline.tokenized_corpus(args)
-    live, cached = input_pipeline.live_and_cached(tokenized, args.batch_tokens, 3)
-    for first, again, from_memory in zip(live.take(3), live.take(3), cached.take(3)):
-        for batch in (again, from_memory):
-            np.testing.assert_array_equal(first[1], batch[1])
-            np.testing.assert_array_equal(first[0]["encoder_tokens"], batch[0]["encoder_tokens"])
-
-    report = input_pipeline.main(["--config", "quick", "--max-length", "32", "--batch-tokens", "256",
-                                  "--steps", "3", "--repeats", "1", "--corpus", str(FIXTURE_CORPUS),
-                                  "--out", str(tmp_path)])
-    assert 0 < report["real_tokens_per_batch"] <= report["padded_tokens_per_batch"] <= 2 * 256
-    assert all(seconds > 0 for seconds in report["median_seconds_per_batch"].values())
-    assert report["live_over_cached"] == pytest.approx(
-        report["median_seconds_per_batch"]["live"] / report["median_seconds_per_batch"]["cached"])
-    assert "Verdict:" in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch.profiler")
