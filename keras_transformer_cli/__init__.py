@@ -5,6 +5,7 @@
     keras-transformer evaluate --model DIR [--split test|heldout|dev] [--beam N]
     keras-transformer export --model DIR --out DIR [--format savedmodel|ctranslate2]
     keras-transformer serve --model DIR [--model NAME=DIR ...] [--host 127.0.0.1 --port 8080]
+    keras-transformer cache [--clear | --prune]
     keras-transformer ablate --variant baseline --variant no_embedding_scale [--seeds 3] ...
 
 This package sits beside the `keras_transformer` package, not inside it, so
@@ -46,6 +47,7 @@ from keras_transformer_cli.arguments import SOURCE_LANGUAGE_HELP
 from keras_transformer_cli.arguments import TARGET_LANGUAGE_HELP
 from keras_transformer_cli.arguments import TRAIN_DESCRIPTION
 from keras_transformer_cli.arguments import TRANSLATE_DESCRIPTION
+from keras_transformer_cli import cache_command
 from keras_transformer_cli import commands
 from keras_transformer_cli import search_flags
 from keras_transformer_cli import serve
@@ -167,6 +169,10 @@ def build_parser():
     serve.add_arguments(serving, positive_int, batch_size_value, ENGINE_HELP, BEAM_WIDTH, NO_REPEAT_NGRAM)
     add_search_arguments(serving, several_limits=True)
 
+    cached = verb("cache", cache_command.cache, "show what the translation program cache holds, or clear it",
+                  cache_command.CACHE_DESCRIPTION)
+    cache_command.add_arguments(cached)
+
     ablate = verb("ablate", commands.ablate, "train model variants with several seeds; a mean +- std table")
     ablate.add_argument("--variant", action="append",
                         help="a named variant (baseline, no_embedding_scale, untied, pre_ln, ...) or "
@@ -235,7 +241,8 @@ def main(argv=None):
     with contextlib.redirect_stdout(progress):
         warnings.formatwarning = _one_line_warning
         try:
-            if getattr(args, "engine", None) != "compiled" or args.command not in ("translate", "serve"):
+            compiled = getattr(args, "engine", None) == "compiled" and args.command in ("translate", "serve")
+            if not compiled and args.command != "cache":
                 args.start_keras()  # a compiled translate starts Keras only to write its program
             status = args.handler(args, results)
         except KeyboardInterrupt:

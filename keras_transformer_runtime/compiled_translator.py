@@ -350,7 +350,8 @@ def load_compiled_translator(run_directory, cache, settings=None, batch_size="au
         refills = refills_on_this_platform(settings.beam_width, settings.n_best)
 
         def read():
-            loaded = _read_entry(cache, entry, settings, end_at_limit=end_at_limit, read_weights=weights_of is None)
+            loaded = _read_entry(cache, entry, settings, end_at_limit=end_at_limit, read_weights=weights_of is None,
+                                 run_file=os.path.join(run_directory, MODEL_FILE))
             refill = refills and _read_entry(cache, entry, settings, end_at_limit=end_at_limit, read_weights=False,
                                              refill_slots=REFILL_SLOTS)
             return None if loaded is None or refill is None else (loaded, refill)
@@ -401,10 +402,11 @@ def refills_on_this_platform(beam_width, n_best=None):
     return beam_width == 1 and not n_best and jax.default_backend() == "cpu"
 
 
-def _read_entry(cache, entry, settings, end_at_limit=True, read_weights=True, refill_slots=None):
+def _read_entry(cache, entry, settings, end_at_limit=True, read_weights=True, refill_slots=None, run_file=None):
     """`(program, weights, entry settings, program's path)` of a `DecodingSettings`' program in an entry, or None.
 
-    The weights are None unless `read_weights`. None: a part is missing.
+    The weights are None unless `read_weights`; those the entry refers to are read from `run_file` (the run's
+    `model.keras`). None: a part is missing.
     """
     from jax import export
 
@@ -418,7 +420,7 @@ def _read_entry(cache, entry, settings, end_at_limit=True, read_weights=True, re
         program = export.deserialize(bytearray(program_path.read_bytes()))
         weights = None
         if read_weights:
-            weights = read_entry_weights(entry)
+            weights = read_entry_weights(entry, run_file)
         elif not weights_path.is_file():
             return None
     except (OSError, ValueError, KeyError):

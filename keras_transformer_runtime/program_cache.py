@@ -8,10 +8,15 @@ sentence is translated without importing Keras and without compiling.
 - **Where**: `$KERAS_TRANSFORMER_CACHE_DIR`, else
   `$XDG_CACHE_HOME/keras-transformer`, else `~/.cache/keras-transformer`.
 - **Off**: `KERAS_TRANSFORMER_CACHE=0` (or `translate --engine keras`).
-- **Bounded**: after each write, the least recently used files go until
-  the folder holds at most `KERAS_TRANSFORMER_CACHE_MB` megabytes
-  (default 1024), but never the entry being written: a model whose
-  weights alone are larger is kept until another entry is written.
+- **Bounded**: after each write, the least recently used programs and
+  XLA code go until they hold at most `KERAS_TRANSFORMER_CACHE_MB`
+  megabytes (default 1024), never those of the entry being written. An
+  entry refers to the weights its run's `model.keras` holds rather than
+  copying them (`weights_file`); the weights it keeps itself (a quantized
+  model's) are outside that limit and go with the entry when its run is
+  removed or its model rewritten (`run.json` records which), so the
+  cache grows with the models a user has, and two large runs used in turn
+  both stay warm. `keras-transformer cache` shows and clears it.
 - **Never stale**: an entry's name is a hash of everything that shapes the
   program: the bytes of `model.keras` and `vocabulary.spm` (a file's hash
   is remembered under `digests/` by its path, size, inode and time of
@@ -31,23 +36,28 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import tempfile
 
 from keras_transformer_runtime.cpu import cpu_flags
 from keras_transformer_runtime.cpu import cpu_model
+from keras_transformer_runtime.weights_file import INDEX_FILE
+from keras_transformer_runtime.weights_file import WEIGHTS_FILE
 
 ENABLED_VARIABLE = "KERAS_TRANSFORMER_CACHE"
 DIRECTORY_VARIABLE = "KERAS_TRANSFORMER_CACHE_DIR"
 SIZE_VARIABLE = "KERAS_TRANSFORMER_CACHE_MB"
 DEFAULT_SIZE_MB = 1024
 # Bumped when the layout of an entry changes.
-FORMAT = 2
+FORMAT = 3
 # The packages whose source shapes a program.
 SOURCE_PACKAGES = ("keras_transformer", "keras_transformer_runtime")
 # How old a file's last change must be before its hash is remembered: a
 # file's times are as coarse as the kernel's clock tick, so a rewrite of
 # the same size within one tick would otherwise keep an old hash.
 SETTLED_SECONDS = 2.0
+# An entry's record of its run: the folder, the model file it was written from and that file's size and time.
+RUN_RECORD = "run.json"
 
 
 def cache_enabled():
@@ -279,13 +289,13 @@ class ProgramCache:
             except OSError:
                 pass
 
-    def size_bytes(self):
-        """The bytes the cache holds now."""
-        return sum(size for _, size, _ in self._files())
+    def size_bytes(self, under=None):
+        """The bytes the cache holds now (under the folder `under`, if given)."""
+        return sum(size for _, size, _ in self._files(under))
 
-    def _files(self):
+    def _files(self, under=None):
         files = []
-        for root, _, names in os.walk(self.directory):
+        for root, _, names in os.walk(self.directory if under is None else under):
             for name in names:
                 path = os.path.join(root, name)
                 try:
@@ -295,11 +305,61 @@ class ProgramCache:
                 files.append((status.st_mtime, status.st_size, path))
         return files
 
+    def record_run(self, entry, run_directory, model_file, quantize=None):
+        """Writes the entry's `run.json`: the run and its model file as they are now (`entry_state` reads it).
+
+        Example:
+
+        >>> import pathlib, tempfile
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (run / "model.keras").write_bytes(b"weights")
+        >>> cache = ProgramCache(tempfile.mkdtemp())
+        >>> _ = cache.record_run(cache.entry("a"), run, "model.keras")
+        >>> cache.entry_state(cache.entry("a"))
+        'current'
+        >>> _ = (run / "model.keras").write_bytes(b"retrained")
+        >>> cache.entry_state(cache.entry("a"))
+        'stale'
+        """
+        model = pathlib.Path(run_directory).resolve() / model_file
+        status = model.stat()
+        record = {"run": os.fspath(model.parent), "model_file": model_file, "model_bytes": status.st_size,
+                  "model_mtime_ns": status.st_mtime_ns, "quantize": quantize}
+        return self.write(pathlib.Path(entry) / RUN_RECORD, (json.dumps(record, indent=2) + "\n").encode())
+
+    def entry_state(self, entry):
+        """`"current"` (its run's model file is as the entry recorded), `"stale"` (gone or rewritten), or
+        `"unrecorded"` (no `run.json`: being written, or an older cache's)."""
+        record = self.read_json(pathlib.Path(entry) / RUN_RECORD)
+        if not isinstance(record, dict) or "run" not in record:
+            return "unrecorded"
+        try:
+            status = os.stat(os.path.join(record["run"], record["model_file"]))
+        except (OSError, KeyError, TypeError):
+            return "stale"
+        same = (status.st_size, status.st_mtime_ns) == (record.get("model_bytes"), record.get("model_mtime_ns"))
+        return "current" if same else "stale"
+
+    def entries(self):
+        """The entry folders, in no order."""
+        programs = self.directory / "programs"
+        return sorted(path for path in programs.iterdir() if path.is_dir()) if programs.is_dir() else []
+
     def prune(self, keep=None):
-        """Removes the least recently used files until the cache fits its limit, none of them under `keep`."""
-        files = sorted(self._files())
-        total = sum(size for _, size, _ in files)
+        """Removes stale entries, then the least recently used programs and XLA code until they fit the limit.
+
+        The weights a current entry keeps itself are outside the limit; nothing under `keep` goes.
+        """
         keep = None if keep is None else os.path.join(os.fspath(keep), "")
+        exempt = set()
+        for entry in self.entries():
+            state = self.entry_state(entry)
+            if state == "stale" and os.path.join(os.fspath(entry), "") != keep:
+                shutil.rmtree(entry, ignore_errors=True)
+            elif state == "current":
+                exempt.update(os.fspath(entry / name) for name in (WEIGHTS_FILE, INDEX_FILE))
+        files = sorted(item for item in self._files() if item[2] not in exempt)
+        total = sum(size for _, size, _ in files)
         for _, size, path in files:
             if total <= self.limit_bytes:
                 break
@@ -310,3 +370,8 @@ class ProgramCache:
                 total -= size
             except OSError:
                 pass
+
+    def clear(self):
+        """Removes everything the cache holds: programs, weights, XLA's code and the remembered hashes."""
+        for name in ("programs", "xla", "digests"):
+            shutil.rmtree(self.directory / name, ignore_errors=True)

@@ -5,12 +5,15 @@ run is loaded as a `Translator` (every check of its model, vocabulary and
 settings applies), its decoding loop (`decoding.sampler.search_tensors`,
 the loop `Translator` compiles) is made a pure function of the weights
 and the source tokens, and `jax.export` serializes it with a symbolic
-batch size and source length, so one file serves every batch shape. The
-weights go beside it in the order of `model.variables`, in one `.npy` file
-with a JSON index (`keras_transformer_runtime.weights_file`).
+batch size and source length, so one file serves every batch shape. Its
+weights, in the order of `model.variables`, are listed beside it in a JSON
+index: those the run's `model.keras` holds by their offset there, the rest
+(a quantized model's kernels) in one `.npy` file
+(`keras_transformer_runtime.weights_file`).
 """
 
 import contextlib
+import os
 
 import jax
 import keras
@@ -29,6 +32,8 @@ from keras_transformer_runtime.compiled_translator import SETTINGS_FILE
 from keras_transformer_runtime.compiled_translator import refills_on_this_platform
 from keras_transformer_runtime.compiled_translator import settings_bytes
 from keras_transformer_runtime.decoding_settings import DecodingSettings
+from keras_transformer_runtime.keras_file_arrays import locate_arrays
+from keras_transformer_runtime.run_files import MODEL_FILE
 from keras_transformer_runtime.timings import phase
 from keras_transformer_runtime.weights_file import INDEX_FILE
 from keras_transformer_runtime.weights_file import WEIGHTS_FILE
@@ -210,8 +215,10 @@ def write_translation_program(run_directory, entry, cache, settings=None, quanti
     with phase("compile"):
         program = export_decoding_program(translator, settings.n_best, settings.cross_attention)
     with phase("write"):
-        variables = translator.decoder.model.variables
-        index, data = weights_files([keras.ops.convert_to_numpy(v) for v in variables])
+        cache.record_run(entry, run_directory, MODEL_FILE, quantize)  # first: a prune elsewhere then keeps the entry
+        weights = [keras.ops.convert_to_numpy(v) for v in translator.decoder.model.variables]
+        model_path = os.path.join(run_directory, MODEL_FILE)
+        index, data = weights_files(weights, locate_arrays(weights, model_path), os.path.getsize(model_path))
         cache.write(entry / INDEX_FILE, index)
         cache.write(entry / WEIGHTS_FILE, data)
         cache.write(entry / SETTINGS_FILE, settings_bytes(translator.max_length))
