@@ -13,6 +13,9 @@ and whether a hypothesis open at the limit counts a closing `</s>`:
 `resolve_search` gives the settings of one call: a flag given wins, the
 rest come from the run. `translate`, `evaluate` and `serve` all take their
 settings from it; `SearchSettings.describe` is the line `--verbose` prints.
+The settings are a `decoding_settings.DecodingSettings` under its names
+(`beam_width`, `no_repeat_ngram_size`); only `generation.json` keeps the
+older keys (`beam`, `no_repeat_ngram`), translated where it is read and written.
 Keras-free: it reads JSON files only.
 """
 
