@@ -17,8 +17,9 @@ SEARCHES = ("kept", "pooled")
 PACKAGE_DEFAULTS = {"beam_width": 4, "beam_search": "kept", "length_penalty": 0.6, "early_stopping": False,
                     "no_repeat_ngram_size": 3, "max_new_tokens": None}
 # The cap on run-away output (`keras_transformer.decoding.output_limit`): a translation writes at most
-# `ratio * its source's ids + OUTPUT_SLACK` tokens. The default ratio cuts no translation of the corpus' test
-# and held-out splits with the default search (benchmarks/findings/documents.md, "How long a translation").
+# `ratio * its source's ids + search_defaults.OUTPUT_SLACK` tokens. The default ratio cuts no translation of the
+# corpus' test and held-out splits with the default search (benchmarks/findings/documents.md, "How long a
+# translation").
 DEFAULT_MAX_OUTPUT_RATIO = 3.5
 
 
