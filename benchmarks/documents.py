@@ -137,13 +137,12 @@ def main(argv=None):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.search_defaults import resolve_search
 
     command = "python -m benchmarks.documents " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
     for beam in args.beams:
-        search = resolve_search(args.model, beam=beam)
-        translator = load_compiled_translator(args.model, ProgramCache(), DecodingSettings.from_search(search),
+        search = resolve_search(args.model, beam_width=beam)
+        translator = load_compiled_translator(args.model, ProgramCache(), search.decoding,
                                               write=write_program_in_a_child)
         rows = measure(translator, args.splits, args.verses, args.sentence_tokens, args.limit)
         stamp = dict(date=datetime.date.today().isoformat(), machine=cpu_name(),

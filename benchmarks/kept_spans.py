@@ -85,11 +85,10 @@ def main(argv=None):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.search_defaults import resolve_search
 
     search = resolve_search(args.model)
-    translator = load_compiled_translator(args.model, ProgramCache(), DecodingSettings.from_search(search),
+    translator = load_compiled_translator(args.model, ProgramCache(), search.decoding,
                                           write=write_program_in_a_child)
     stamp = dict(run=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=cpu_name(),
                  command="python -m benchmarks.kept_spans " + " ".join(argv if argv is not None else sys.argv[1:]),

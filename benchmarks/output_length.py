@@ -108,15 +108,14 @@ def main(argv=None):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.search_defaults import resolve_search
 
     command = "python -m benchmarks.output_length " + " ".join(argv if argv is not None else sys.argv[1:])
     run = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     for beam in args.beams:
-        search = resolve_search(args.model, beam=beam)
+        search = resolve_search(args.model, beam_width=beam)
         free, capped = (load_compiled_translator(
-            args.model, ProgramCache(), DecodingSettings.from_search(search, n_best=1, max_output_ratio=ratio),
+            args.model, ProgramCache(), search.decoding.replace(n_best=1, max_output_ratio=ratio),
             write=write_program_in_a_child) for ratio in (0, None))
         rows = measure(free, capped, args.splits, args.ratios, args.limit)
         stamp = dict(run=run, date=datetime.date.today().isoformat(), machine=cpu_name(), command=command)

@@ -46,12 +46,11 @@ def _engine(run, beam, new_tokens, quantize, lone_rows=None):
     from keras_transformer_cli.serve import write_program_in_a_child
     from keras_transformer_runtime.compiled_translator import load_compiled_translator
     from keras_transformer_runtime.program_cache import ProgramCache
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.search_defaults import resolve_search
 
     search = resolve_search(str(run), max_new_tokens=new_tokens)
     translator = load_compiled_translator(
-        str(run), ProgramCache(), DecodingSettings.from_search(search, beam_width=beam),
+        str(run), ProgramCache(), search.decoding.replace(beam_width=beam),
         write=write_program_in_a_child, quantize=quantize)
     if lone_rows:
         translator.lone_sentence_rows = lone_rows  # the sentence repeated, the copies' translations dropped

@@ -324,12 +324,16 @@ def export(args, out):
         return
     from keras_transformer.translation.export import export_translator
 
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
     from keras_transformer_runtime.timings import phase
 
+    # The package's search with the export's one search flag, as the SavedModel always decoded: not the run's
+    # own defaults, which for an imported run (generation.json) would change what its export translates.
+    settings = DecodingSettings(max_new_tokens=args.max_new_tokens)
     with phase("work"):
         if args.force and os.path.isdir(args.out):
             shutil.rmtree(args.out)
-        export_translator(args.model, args.out, args.max_new_tokens, quantize=args.quantize)
+        export_translator(args.model, args.out, quantize=args.quantize, settings=settings)
     print(f"SavedModel written to {args.out} (signature 'serving_default': texts -> translations; "
           f"raw logits model in {os.path.join(args.out, 'logits')})", file=out)
 

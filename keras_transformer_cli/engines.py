@@ -6,6 +6,8 @@ Each search flag holds its value by now: given, or the run's default
 
 import sys
 
+from keras_transformer_cli.search_flags import decoding_settings
+
 
 def translator(args):
     """The translator of `--engine` for these flags: the cached compiled program, or the Keras model.
@@ -101,28 +103,6 @@ def run_languages(args):
                              "any source it was trained on (--target-language names a multi-target Marian run's "
                              "language).")
     return {}
-
-
-def decoding_settings(args, **changes):
-    """The `DecodingSettings` of the search flags (`--beam` ... `--max-output-ratio`) holding the run's defaults.
-
-    Args:
-        args: the parsed flags (`search_flags.apply_search_defaults` has run).
-        **changes: other fields (`n_best`, `cross_attention`).
-
-    Example:
-
-    >>> import argparse
-    >>> decoding_settings(argparse.Namespace(beam=4, beam_search="pooled", length_penalty=1.0,
-    ...                   early_stopping=False, max_new_tokens=62, no_repeat_ngram=0)).beam_search
-    'pooled'
-    """
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
-
-    return DecodingSettings(beam_width=args.beam, beam_search=args.beam_search, length_penalty=args.length_penalty,
-                            early_stopping=args.early_stopping, max_new_tokens=args.max_new_tokens,
-                            no_repeat_ngram_size=args.no_repeat_ngram,
-                            max_output_ratio=getattr(args, "max_output_ratio", None), **changes)
 
 
 def compiled_translator(args):

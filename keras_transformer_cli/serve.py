@@ -91,6 +91,7 @@ def _served_models(args, log):
     from keras_transformer_runtime.serving.served_model import ServedModel
     from keras_transformer_runtime.serving.served_model import model_name
 
+    from keras_transformer_cli.search_flags import search_arguments
     from keras_transformer_runtime.search_defaults import resolve_search
 
     load, engine = _compiled_loader(args) if args.engine == "compiled" else _keras_loader(args)
@@ -104,14 +105,13 @@ def _served_models(args, log):
         # Each run its own defaults (an imported one: generate()'s), the flags over them; each limit checked.
         searches = {}
         for limit in args.max_new_tokens or [None]:
-            search = resolve_search(folder, beam=args.beam[0] if args.beam else None, beam_search=args.beam_search,
-                                    length_penalty=args.length_penalty, early_stopping=args.early_stopping,
-                                    max_new_tokens=limit, no_repeat_ngram=args.no_repeat_ngram)
-            if search.max_new_tokens in searches:
+            search = resolve_search(folder, **search_arguments(args, beam=args.beam[0] if args.beam else None,
+                                                               max_new_tokens=limit))
+            if search.decoding.max_new_tokens in searches:
                 raise UserInputError(f"--max-new-tokens {limit}: given twice.")
-            searches[search.max_new_tokens] = search
+            searches[search.decoding.max_new_tokens] = search
         search = next(iter(searches.values()))
-        beams = args.beam or [search.beam]
+        beams = args.beam or [search.decoding.beam_width]
         models[name] = ServedModel(name, folder, beams, _with_searches(load, searches), engine, limits=list(searches))
         limits = f", max new tokens {' and '.join(map(str, searches))}" if len(searches) > 1 else ""
         log(f"serving {name!r} ({folder}) on the {engine}, beam {' and '.join(map(str, beams))}{limits}; "
@@ -127,10 +127,7 @@ def _with_searches(load, searches):
 
 def _decoding_settings(search, setting, args, **changes):
     """The `DecodingSettings` of a served setting: the run's search, the setting's beam width, the server's cap."""
-    from keras_transformer_runtime.decoding_settings import DecodingSettings
-
-    return DecodingSettings.from_search(search, **changes).replace(beam_width=setting.beam,
-                                                                   max_output_ratio=args.max_output_ratio)
+    return search.decoding.replace(beam_width=setting.beam, max_output_ratio=args.max_output_ratio, **changes)
 
 
 def _check_run_folder(folder):

@@ -11,9 +11,16 @@ program file of the setting (`program_file`). Keras-free.
 import dataclasses
 import numbers
 
-from keras_transformer_runtime.search_defaults import PACKAGE_DEFAULTS
-from keras_transformer_runtime.search_defaults import SEARCHES
-from keras_transformer_runtime.search_defaults import checked_output_ratio
+# The beam searches: this package's (a finished hypothesis keeps its slot) and transformers'.
+SEARCHES = ("kept", "pooled")
+# This package's search (`Translator`'s defaults): a run trained here decodes with it (`search_defaults`).
+PACKAGE_DEFAULTS = {"beam_width": 4, "beam_search": "kept", "length_penalty": 0.6, "early_stopping": False,
+                    "no_repeat_ngram_size": 3, "max_new_tokens": None}
+# The cap on run-away output (`keras_transformer.decoding.output_limit`): a translation writes at most
+# `ratio * its source's ids + search_defaults.OUTPUT_SLACK` tokens. The default ratio cuts no translation of the
+# corpus' test and held-out splits with the default search (benchmarks/findings/documents.md, "How long a
+# translation").
+DEFAULT_MAX_OUTPUT_RATIO = 3.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +38,7 @@ class DecodingSettings:
         max_new_tokens: int >= 1, the longest translation in tokens, or None
             for the model's positions less one.
         max_output_ratio: float >= 0, the cap on run-away output (0: none);
-            None: `search_defaults.DEFAULT_MAX_OUTPUT_RATIO`.
+            None: `DEFAULT_MAX_OUTPUT_RATIO`.
         n_best: None, or int >= 1: the program returns that many hypotheses
             a sentence with their scores.
         cross_attention: bool, with `n_best`: the program also returns the
@@ -53,12 +60,12 @@ class DecodingSettings:
     ValueError: beam_search 'sampled': expected one of kept, pooled.
     """
 
-    beam_width: int = PACKAGE_DEFAULTS["beam"]
+    beam_width: int = PACKAGE_DEFAULTS["beam_width"]
     beam_search: str = PACKAGE_DEFAULTS["beam_search"]
     length_penalty: float = PACKAGE_DEFAULTS["length_penalty"]
     early_stopping: bool = PACKAGE_DEFAULTS["early_stopping"]
-    no_repeat_ngram_size: int = PACKAGE_DEFAULTS["no_repeat_ngram"]
-    max_new_tokens: object = None
+    no_repeat_ngram_size: int = PACKAGE_DEFAULTS["no_repeat_ngram_size"]
+    max_new_tokens: object = PACKAGE_DEFAULTS["max_new_tokens"]
     max_output_ratio: object = None
     n_best: object = None
     cross_attention: bool = False
@@ -80,30 +87,17 @@ class DecodingSettings:
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
 
-    @classmethod
-    def from_search(cls, search, **changes):
-        """The setting of a call whose search flags `search_defaults.resolve_search` resolved.
-
-        Args:
-            search: a `search_defaults.SearchSettings` (the flags' names:
-                `beam`, `no_repeat_ngram`).
-            **changes: other fields (`n_best`, `max_output_ratio`, ...).
-
-        Example:
-
-        >>> from keras_transformer_runtime.search_defaults import resolve_search
-        >>> DecodingSettings.from_search(resolve_search("no such run", beam=1), n_best=1).beam_width
-        1
-        >>> DecodingSettings.from_search(resolve_search("no such run"), beam_width=2).beam_width
-        2
-        """
-        return cls(**{"beam_width": search.beam, "beam_search": search.beam_search,
-                      "length_penalty": search.length_penalty, "early_stopping": search.early_stopping,
-                      "no_repeat_ngram_size": search.no_repeat_ngram, "max_new_tokens": search.max_new_tokens,
-                      **changes})
-
     def replace(self, **changes):
         """A copy with `changes` (checked as a new setting).
+
+        A call's setting is the resolved search's with the call's own fields:
+        `search_defaults.resolve_search(run).decoding.replace(n_best=1)`.
+
+        Args:
+            **changes: fields by their names (`beam_width`, `n_best`, ...).
+
+        Returns:
+            A `DecodingSettings`.
 
         Example:
 
@@ -165,6 +159,30 @@ class DecodingSettings:
         n_best = f"-nbest{int(self.n_best)}{'-attention' if self.cross_attention else ''}" if self.n_best else ""
         return f"{kind}-beam{self.beam_width}-alpha{self.length_penalty!r}-norepeat{self.no_repeat_ngram_size}" \
                f"-new{int(limit)}{ratio}{n_best}.jaxexport"
+
+
+def checked_output_ratio(ratio):
+    """The cap on run-away output as a float >= 0: `ratio`, or `DEFAULT_MAX_OUTPUT_RATIO` for None.
+
+    Args:
+        ratio: a number >= 0 (0: no cap), or None.
+
+    Returns:
+        float.
+
+    Raises:
+        ValueError: `ratio` is not a number >= 0.
+
+    Example:
+
+    >>> checked_output_ratio(None) == DEFAULT_MAX_OUTPUT_RATIO, checked_output_ratio(0)
+    (True, 0.0)
+    """
+    if ratio is None:
+        return float(DEFAULT_MAX_OUTPUT_RATIO)
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not ratio >= 0:
+        raise ValueError(f"max_output_ratio must be a number >= 0 (0: no cap), got {ratio!r}.")
+    return float(ratio)
 
 
 def _require_int(name, value, least):

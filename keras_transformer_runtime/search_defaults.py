@@ -13,43 +13,49 @@ and whether a hypothesis open at the limit counts a closing `</s>`:
 `resolve_search` gives the settings of one call: a flag given wins, the
 rest come from the run. `translate`, `evaluate` and `serve` all take their
 settings from it; `SearchSettings.describe` is the line `--verbose` prints.
+The settings are a `decoding_settings.DecodingSettings` under its names
+(`beam_width`, `no_repeat_ngram_size`); only `generation.json` keeps the
+older keys (`beam`, `no_repeat_ngram`), translated where it is read and written.
 Keras-free: it reads JSON files only.
 """
 
 import dataclasses
 import json
-import numbers
 import os
 
+# `DEFAULT_MAX_OUTPUT_RATIO` and `checked_output_ratio` are `DecodingSettings`' and stay importable from here.
+from keras_transformer_runtime.decoding_settings import DEFAULT_MAX_OUTPUT_RATIO  # noqa: F401
+from keras_transformer_runtime.decoding_settings import PACKAGE_DEFAULTS
+from keras_transformer_runtime.decoding_settings import SEARCHES
+from keras_transformer_runtime.decoding_settings import DecodingSettings
+from keras_transformer_runtime.decoding_settings import checked_output_ratio  # noqa: F401
 from keras_transformer_runtime.errors import UserInputError
 
 GENERATION_FILE = "generation.json"
+# `generation.json`'s keys that name an option otherwise than `DecodingSettings` (the file format of the runs
+# imported before the two met), read and written by `_run_defaults` and `write_generation_file` only.
+GENERATION_FILE_KEYS = {"beam_width": "beam", "no_repeat_ngram_size": "no_repeat_ngram"}
 RUN_CONFIG_FILE = "config.json"
 # What an imported run keeps of the model's config.json (`checkpoints.marian.run_import.MARIAN_CONFIG_FILE`).
 IMPORTED_CONFIG_FILE = "marian_config.json"
-SEARCHES = ("kept", "pooled")
-# This package's defaults (`Translator`'s): a run trained here decodes with them.
-PACKAGE_DEFAULTS = {"beam_search": "kept", "beam": 4, "length_penalty": 0.6, "early_stopping": False,
-                    "no_repeat_ngram": 3, "max_new_tokens": None}
 # Each search's own length penalty and early stopping, for a search the run's defaults do not describe.
 SEARCH_DEFAULTS = {"kept": {"length_penalty": 0.6, "early_stopping": False},
                    "pooled": {"length_penalty": 1.0, "early_stopping": False}}
 # `generate`'s values where the model sets none (transformers 5.24,
 # `GenerationConfig._get_default_generation_params`): one beam, 20 new tokens.
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
-# The cap on run-away output (`keras_transformer.decoding.output_limit`): a translation writes at most
-# `ratio * its source's ids + OUTPUT_SLACK` tokens. The default ratio cuts no translation of the corpus' test
-# and held-out splits with the default search (benchmarks/findings/documents.md, "How long a translation").
-DEFAULT_MAX_OUTPUT_RATIO = 3.5
+# A translation writes at most `max_output_ratio * its source's ids + OUTPUT_SLACK` tokens
+# (`decoding_settings.DEFAULT_MAX_OUTPUT_RATIO`, `keras_transformer.decoding.output_limit`).
 OUTPUT_SLACK = 10
 # Generation settings `generate` applies that this package's searches do not, with the value that changes nothing.
 _NOT_APPLIED = {"do_sample": False, "repetition_penalty": 1.0, "min_length": 0, "min_new_tokens": None,
                 "num_beam_groups": 1, "diversity_penalty": 0.0, "encoder_no_repeat_ngram_size": 0,
                 "forced_bos_token_id": None, "suppress_tokens": None, "begin_suppress_tokens": None,
                 "exponential_decay_length_penalty": None, "encoder_repetition_penalty": 1.0}
-_FLAGS = {"beam": "--beam", "beam_search": "--beam-search", "length_penalty": "--length-penalty",
+# Each option a run's defaults set, by its `DecodingSettings` name, and the flag that overrides it.
+_FLAGS = {"beam_width": "--beam", "beam_search": "--beam-search", "length_penalty": "--length-penalty",
           "early_stopping": "--early-stopping", "max_new_tokens": "--max-new-tokens",
-          "no_repeat_ngram": "--no-repeat-ngram"}
+          "no_repeat_ngram_size": "--no-repeat-ngram"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,30 +63,21 @@ class SearchSettings:
     """How one call decodes, and where each setting came from.
 
     Args:
-        beam_search: `"kept"` or `"pooled"` (transformers' beam search).
-        beam: int, the beam width; 1 is greedy search.
-        length_penalty: float, the search's alpha.
-        early_stopping: bool, with `"pooled"`: stop a source once `beam`
-            hypotheses finished.
-        max_new_tokens: int, the longest translation in tokens, or None for
-            the model's positions less one.
-        no_repeat_ngram: int, the loop guard's n-gram size (0: off).
+        decoding: the `DecodingSettings` of the search (`beam_width`,
+            `beam_search`, `length_penalty`, `early_stopping`,
+            `no_repeat_ngram_size`, `max_new_tokens`); a call adds its own
+            fields with `decoding.replace(n_best=..., max_output_ratio=...)`.
         defaults: str, where the defaults came from.
         flags: tuple of the command-line flags that overrode them.
         notes: tuple of str, generation settings of the run not applied.
 
     Example:
 
-    >>> SearchSettings("kept", 4, 0.6, False, 127, 3, "the package's").describe()
+    >>> SearchSettings(DecodingSettings(max_new_tokens=127), "the package's").describe()
     "search: kept, beam 4, length penalty 0.6, max new tokens 127, no-repeat-ngram 3; defaults: the package's"
     """
 
-    beam_search: str
-    beam: int
-    length_penalty: float
-    early_stopping: bool
-    max_new_tokens: object
-    no_repeat_ngram: int
+    decoding: DecodingSettings
     defaults: str
     flags: tuple = ()
     notes: tuple = ()
@@ -90,38 +87,28 @@ class SearchSettings:
 
         Returns:
             str, as `--verbose` prints it.
+
+        Example:
+
+        >>> line = SearchSettings(DecodingSettings(beam_width=1), "the package's", ("--beam",)).describe()
+        >>> line.startswith("search: kept, beam 1 (greedy), "), line.endswith("from the command line: --beam")
+        (True, True)
         """
-        search = f"{self.beam_search}, beam {self.beam}{' (greedy)' if self.beam == 1 else ''}"
-        if self.beam > 1:
-            search += f", length penalty {float(self.length_penalty)!r}"
-            if self.beam_search == "pooled":
-                search += f", early stopping {'on' if self.early_stopping else 'off'}"
-        limit = self.max_new_tokens if self.max_new_tokens is not None else "the model's positions less one"
-        line = f"search: {search}, max new tokens {limit}, no-repeat-ngram {self.no_repeat_ngram}; " \
+        decoding = self.decoding
+        greedy = " (greedy)" if decoding.beam_width == 1 else ""
+        search = f"{decoding.beam_search}, beam {decoding.beam_width}{greedy}"
+        if decoding.beam_width > 1:
+            search += f", length penalty {float(decoding.length_penalty)!r}"
+            if decoding.beam_search == "pooled":
+                search += f", early stopping {'on' if decoding.early_stopping else 'off'}"
+        limit = decoding.max_new_tokens if decoding.max_new_tokens is not None else "the model's positions less one"
+        line = f"search: {search}, max new tokens {limit}, no-repeat-ngram {decoding.no_repeat_ngram_size}; " \
                f"defaults: {self.defaults}"
         if self.flags:
             line += f"; from the command line: {' '.join(self.flags)}"
         if self.notes:
             line += f"; not applied: {', '.join(self.notes)}"
         return line
-
-
-def checked_output_ratio(ratio):
-    """The cap on run-away output as a float >= 0: `ratio`, or `DEFAULT_MAX_OUTPUT_RATIO` for None.
-
-    Raises:
-        ValueError: `ratio` is not a number >= 0.
-
-    Example:
-
-    >>> checked_output_ratio(None) == DEFAULT_MAX_OUTPUT_RATIO, checked_output_ratio(0)
-    (True, 0.0)
-    """
-    if ratio is None:
-        return float(DEFAULT_MAX_OUTPUT_RATIO)
-    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not ratio >= 0:
-        raise ValueError(f"max_output_ratio must be a number >= 0 (0: no cap), got {ratio!r}.")
-    return float(ratio)
 
 
 def model_positions(run_directory):
@@ -137,8 +124,8 @@ def model_positions(run_directory):
     return int(value) if isinstance(value, int) and value > 1 else None
 
 
-def resolve_search(run_directory, beam=None, beam_search=None, length_penalty=None, early_stopping=None,
-                   max_new_tokens=None, no_repeat_ngram=None):
+def resolve_search(run_directory, beam_width=None, beam_search=None, length_penalty=None, early_stopping=None,
+                   max_new_tokens=None, no_repeat_ngram_size=None):
     """The settings one call decodes with: each argument given (not None) wins, the run gives the rest.
 
     A run with `generation.json` (imported from Hugging Face) takes its
@@ -149,38 +136,42 @@ def resolve_search(run_directory, beam=None, beam_search=None, length_penalty=No
 
     Args:
         run_directory: the run folder.
-        beam, beam_search, length_penalty, early_stopping, max_new_tokens,
-            no_repeat_ngram: the command line's values, None where not given.
+        beam_width, beam_search, length_penalty, early_stopping,
+            max_new_tokens, no_repeat_ngram_size: `DecodingSettings`'
+            fields, as the command line gives them; None where not given.
 
     Returns:
-        A `SearchSettings`.
+        A `SearchSettings`: its `decoding`, and where each option came from.
 
     Raises:
         UserInputError: `max_new_tokens` is not a positive int, or more
-            than the model's positions less one (`model_positions`).
+            than the model's positions less one (`model_positions`); an
+            option out of its range (`DecodingSettings`).
 
     Example:
 
-    >>> settings = resolve_search("no such run", beam=2)
-    >>> settings.beam_search, settings.beam, settings.length_penalty, settings.flags
+    >>> settings = resolve_search("no such run", beam_width=2)
+    >>> settings.decoding.beam_search, settings.decoding.beam_width, settings.decoding.length_penalty, settings.flags
     ('kept', 2, 0.6, ('--beam',))
     """
     run, defaults = _run_defaults(run_directory)
-    given = {"beam": beam, "beam_search": beam_search, "length_penalty": length_penalty,
-             "early_stopping": early_stopping, "max_new_tokens": max_new_tokens, "no_repeat_ngram": no_repeat_ngram}
+    given = {"beam_width": beam_width, "beam_search": beam_search, "length_penalty": length_penalty,
+             "early_stopping": early_stopping, "max_new_tokens": max_new_tokens,
+             "no_repeat_ngram_size": no_repeat_ngram_size}
     given = {key: value for key, value in given.items() if value is not None}
     if given.get("beam_search", run["beam_search"]) not in SEARCHES:
         raise UserInputError(f"--beam-search {given['beam_search']!r}: expected one of {', '.join(SEARCHES)}.")
-    settings = dict(run)
+    settings = {key: run[key] for key in PACKAGE_DEFAULTS}
     if given.get("beam_search", run["beam_search"]) != run["beam_search"]:
         settings.update(SEARCH_DEFAULTS[given["beam_search"]])
     settings.update(given)
     positions = model_positions(run_directory)
     settings["max_new_tokens"] = _checked_new_tokens(settings["max_new_tokens"], positions, "max_new_tokens" in given)
-    return SearchSettings(settings["beam_search"], int(settings["beam"]), float(settings["length_penalty"]),
-                          bool(settings["early_stopping"]), settings["max_new_tokens"],
-                          int(settings["no_repeat_ngram"]), defaults, tuple(_FLAGS[key] for key in given),
-                          tuple(run.get("notes", ())))
+    try:
+        decoding = DecodingSettings(**settings)
+    except ValueError as error:
+        raise UserInputError(str(error)) from None
+    return SearchSettings(decoding, defaults, tuple(_FLAGS[key] for key in given), tuple(run.get("notes", ())))
 
 
 def _checked_new_tokens(value, positions, given):
@@ -198,13 +189,15 @@ def _run_defaults(run_directory):
     """`(settings, where from)`: the run's `generation.json`, an older import's config, or the package's."""
     generation = _read_json(os.path.join(run_directory, GENERATION_FILE))
     if generation:
-        settings = {**PACKAGE_DEFAULTS, **{key: generation[key] for key in PACKAGE_DEFAULTS if key in generation}}
+        keys = {name: GENERATION_FILE_KEYS.get(name, name) for name in PACKAGE_DEFAULTS}
+        settings = {**PACKAGE_DEFAULTS, **{name: generation[key] for name, key in keys.items() if key in generation}}
         settings["notes"] = tuple(generation.get("notes", ()))
         settings["end_at_limit"] = generation.get("end_at_limit", True)
         return settings, f"the run's {GENERATION_FILE} (from the model's {generation.get('from', 'generation config')})"
     imported_config = os.path.join(run_directory, IMPORTED_CONFIG_FILE)
     if os.path.isfile(imported_config):
-        return generation_defaults(imported_config), f"transformers' defaults read from the run's {IMPORTED_CONFIG_FILE}"
+        where = f"transformers' defaults read from the run's {IMPORTED_CONFIG_FILE}"
+        return generation_defaults(imported_config), where
     return dict(PACKAGE_DEFAULTS), "the package's (a run trained here)"
 
 
@@ -224,13 +217,14 @@ def generation_defaults(config_path, generation_config_path=None):
         generation_config_path: its `generation_config.json`, or None.
 
     Returns:
-        A dict of `PACKAGE_DEFAULTS`' keys (`beam_search` `"pooled"`), with
-        `from` (the file read), `notes` (settings not applied) and
-        `end_at_limit` (whether `forced_eos_token_id` is set).
+        A dict of `PACKAGE_DEFAULTS`' keys (`DecodingSettings`' names;
+        `beam_search` `"pooled"`), with `from` (the file read), `notes`
+        (settings not applied) and `end_at_limit` (whether
+        `forced_eos_token_id` is set).
 
     Example:
 
-    >>> generation_defaults("no such config.json")["beam"]
+    >>> generation_defaults("no such config.json")["beam_width"]
     1
     """
     config = _read_json(config_path) or {}
@@ -257,8 +251,9 @@ def generation_defaults(config_path, generation_config_path=None):
         notes.append(f"bad_words_ids beyond <pad> ({generation['bad_words_ids']!r})")
     forces_end = generation.get("forced_eos_token_id", config.get("forced_eos_token_id")) is not None
     beam = int(generation.get("num_beams") or 1)
-    return {"beam_search": "pooled", "beam": beam, "length_penalty": length_penalty,
-            "early_stopping": bool(early_stopping), "no_repeat_ngram": int(generation.get("no_repeat_ngram_size") or 0),
+    return {"beam_search": "pooled", "beam_width": beam, "length_penalty": length_penalty,
+            "early_stopping": bool(early_stopping),
+            "no_repeat_ngram_size": int(generation.get("no_repeat_ngram_size") or 0),
             "max_new_tokens": max(1, min(max_length - (2 if forces_end else 1), positions - 1)), "from": source,
             "notes": notes, "end_at_limit": forces_end}
 
@@ -291,13 +286,17 @@ def run_ends_at_limit(run_directory):
 def write_generation_file(model_directory, run_directory):
     """Writes `generation.json` into an imported run: `generation_defaults` of the Hugging Face folder.
 
+    The file keeps its keys (`beam`, `no_repeat_ngram`: `GENERATION_FILE_KEYS`),
+    which the runs imported before hold; `resolve_search` reads them back as
+    `DecodingSettings`' names.
+
     Args:
         model_directory: the Hugging Face model's folder (`config.json`,
             and `generation_config.json` where it has one).
         run_directory: the run folder being written.
 
     Returns:
-        The dict written.
+        The dict written (the file's keys).
 
     Example:
 
@@ -307,6 +306,7 @@ def write_generation_file(model_directory, run_directory):
     generation_config = os.path.join(model_directory, "generation_config.json")
     settings = generation_defaults(os.path.join(model_directory, "config.json"),
                                    generation_config if os.path.isfile(generation_config) else None)
+    settings = {GENERATION_FILE_KEYS.get(key, key): value for key, value in settings.items()}
     with open(os.path.join(run_directory, GENERATION_FILE), "w") as f:
         json.dump(settings, f, indent=2)
     return settings

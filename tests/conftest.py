@@ -112,11 +112,11 @@ def as_generate(monkeypatch):
     """Translators hand each input to the model whole (`TextTranslator.split_sentences` False) and let it run to
     the length limit (no cap on run-away output: `DEFAULT_MAX_OUTPUT_RATIO` 0), as transformers' `generate` and
     CTranslate2 do: for the tests that hold a translation to theirs for the same input."""
-    from keras_transformer_runtime import search_defaults
+    from keras_transformer_runtime import decoding_settings
     from keras_transformer_runtime.text_translator import TextTranslator
 
     monkeypatch.setattr(TextTranslator, "split_sentences", False)
-    monkeypatch.setattr(search_defaults, "DEFAULT_MAX_OUTPUT_RATIO", 0)
+    monkeypatch.setattr(decoding_settings, "DEFAULT_MAX_OUTPUT_RATIO", 0)
 
 
 @pytest.fixture

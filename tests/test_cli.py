@@ -104,7 +104,8 @@ def test_the_decoding_defaults_of_a_run_trained_here_are_the_translators(tmp_pat
         assert arguments.no_repeat_ngram == DEFAULT_NO_REPEAT_NGRAM_SIZE == cli.NO_REPEAT_NGRAM
         assert arguments.beam == DEFAULT_BEAM_WIDTH == cli.BEAM_WIDTH
         assert arguments.batch_size == DEFAULT_BATCH_SIZE
-        assert (search.beam_search, search.length_penalty, search.early_stopping, search.max_new_tokens) == (
+        decoding = search.decoding
+        assert (decoding.beam_search, decoding.length_penalty, decoding.early_stopping, decoding.max_new_tokens) == (
             "kept", 0.6, False, 39)
     defaults = inspect.signature(Translator).parameters
     assert PACKAGE_DEFAULTS["beam_search"] == defaults["beam_search"].default
@@ -128,7 +129,7 @@ def test_an_imported_run_counts_a_closing_end_at_the_limit_only_where_the_model_
     write_generation_file(str(model), str(run))
     assert run_ends_at_limit(str(run)) is ends
     # transformers' max_length counts the start token, and the forced end where there is one.
-    assert resolve_search(str(run)).max_new_tokens == (28 if ends else 29)
+    assert resolve_search(str(run)).decoding.max_new_tokens == (28 if ends else 29)
 
 
 def test_ablate_help_names_the_settings_defaults():

@@ -63,3 +63,32 @@ def test_export_of_a_folder_without_a_model_is_a_one_line_error(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 2 and "model.keras" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("settings, keywords, expected", [
+    (None, {}, {"max_new_tokens": None, "no_repeat_ngram_size": 3, "max_output_ratio": 3.5}),  # the package's
+    # A beam search is not exported: the SavedModel decodes greedily whatever the settings' search.
+    ({"beam_width": 4, "max_new_tokens": 12, "no_repeat_ngram_size": 0, "max_output_ratio": 2}, {},
+     {"max_new_tokens": 12, "no_repeat_ngram_size": 0, "max_output_ratio": 2.0}),
+    ({"max_new_tokens": 12, "no_repeat_ngram_size": 0, "max_output_ratio": 2}, {"max_new_tokens": 9,
+                                                                               "no_repeat_ngram_size": 2},
+     {"max_new_tokens": 9, "no_repeat_ngram_size": 2, "max_output_ratio": 2.0}),
+])
+def test_the_savedmodel_takes_the_options_it_honours_from_the_settings_and_its_keywords(run_dir, tmp_path,
+                                                                                      monkeypatch, settings,
+                                                                                      keywords, expected):
+    from keras_transformer.translation import export
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
+
+    class Built(Exception):
+        pass
+
+    def build(model, vocabulary_proto, marian_directory=None, **options):
+        raise Built(options)
+
+    monkeypatch.setattr(export, "_require_tensorflow_backend", lambda: None)
+    monkeypatch.setattr(export, "build_serving_module", build)
+    settings = DecodingSettings(**settings) if settings is not None else None
+    with pytest.raises(Built) as built:
+        export.export_translator(str(run_dir), str(tmp_path / "export"), settings=settings, **keywords)
+    assert built.value.args[0] == expected

@@ -172,25 +172,49 @@ def _next_bucket(tf, size, smallest):
 
 
 def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_size=None, quantize=None,
-                      max_output_ratio=None):
+                      max_output_ratio=None, settings=None):
     """Exports a training output folder as a string -> string SavedModel.
 
     Writes `output/` (signature `serving_default`: `texts` -> `translations`)
     and `output/logits/`, Keras' own `tf_saved_model` export of the raw
     logits model.
 
+    The SavedModel decodes greedily (`build_serving_module`): of `settings`
+    it uses `max_new_tokens`, `no_repeat_ngram_size` and `max_output_ratio`
+    only; its search (`beam_width`, `beam_search`, `length_penalty`,
+    `early_stopping`) and what a call returns (`n_best`, `cross_attention`)
+    are not exported.
+
     Args:
         directory: the `--output` folder of `keras-transformer train`.
         output: folder to write.
-        max_new_tokens: longest translation. Defaults to `max_length - 1`.
-        no_repeat_ngram_size: the loop guard, as `Translator`'s.
+        max_new_tokens: longest translation; None: `settings`', else the
+            model's `max_length - 1`.
+        no_repeat_ngram_size: the loop guard, as `Translator`'s; None:
+            `settings`'.
         quantize: None, or a Keras quantization mode ("int8", "int4"):
             the SavedModel then holds integer kernels.
-        max_output_ratio: the cap on run-away output, as `Translator`'s.
+        max_output_ratio: the cap on run-away output, as `Translator`'s;
+            None: `settings`'.
+        settings: a `DecodingSettings` (`keras_transformer_runtime.decoding_settings`),
+            or None for the package's defaults; the three keywords above,
+            where given, replace its fields.
 
     Returns:
         The path of the exported SavedModel.
+
+    Example:
+
+    >>> export_translator("runs/es-en", "exported/es-en",
+    ...                   settings=DecodingSettings(max_new_tokens=64))  # doctest: +SKIP
+    'exported/es-en'
     """
+    from keras_transformer_runtime.decoding_settings import DecodingSettings
+
+    given = {"max_new_tokens": max_new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
+             "max_output_ratio": max_output_ratio}
+    settings = (settings or DecodingSettings()).replace(**{key: value for key, value in given.items()
+                                                           if value is not None})
     _require_tensorflow_backend()
     import tensorflow as tf
 
@@ -205,14 +229,14 @@ def export_translator(directory, output, max_new_tokens=None, no_repeat_ngram_si
         quantize_model(model, quantize)
     from keras_transformer_runtime.run_tokenizer import is_marian_run
 
+    honoured = {"max_new_tokens": settings.max_new_tokens, "no_repeat_ngram_size": settings.no_repeat_ngram_size,
+                "max_output_ratio": settings.max_output_ratio}
     if is_marian_run(directory):
-        module = build_serving_module(model, None, max_new_tokens, no_repeat_ngram_size, marian_directory=directory,
-                                      max_output_ratio=max_output_ratio)
+        module = build_serving_module(model, None, marian_directory=directory, **honoured)
     else:
         with open(os.path.join(directory, VOCABULARY_FILE), "rb") as f:
             proto = f.read()
-        module = build_serving_module(model, proto, max_new_tokens, no_repeat_ngram_size,
-                                      max_output_ratio=max_output_ratio)
+        module = build_serving_module(model, proto, **honoured)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def serve(texts):

@@ -18,7 +18,7 @@ from keras_transformer.decoding import n_best_search
 from keras_transformer.decoding import pooled_beam_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
-from keras_transformer_runtime.search_defaults import checked_output_ratio
+from keras_transformer_runtime.decoding_settings import checked_output_ratio
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import COMPILED_CPU_BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import DEFAULT_BATCH_SIZE
@@ -100,7 +100,7 @@ class Translator(TextTranslator):
         max_output_ratio: float >= 0, the cap on run-away output: a
             sentence's translation writes at most `ratio * its source's ids
             + OUTPUT_SLACK` tokens (`decoding.output_limit`); 0 turns it
-            off. None (the default): `search_defaults.DEFAULT_MAX_OUTPUT_RATIO`.
+            off. None (the default): `decoding_settings.DEFAULT_MAX_OUTPUT_RATIO`.
 
     Raises:
         TypeError: `model` is not a Keras model, `tokenizer` not a
