@@ -43,7 +43,7 @@ def _native_log_lines(stderr):
 def test_every_flag_of_every_verb_has_help_and_the_top_level_help_lists_each_verb_in_one_line(capsys):
     parser = cli.build_parser()
     verbs = _subparsers(parser)
-    assert set(verbs) == {"train", "translate", "evaluate", "export", "import", "serve", "ablate"}
+    assert set(verbs) == {"train", "translate", "evaluate", "export", "import", "serve", "ablate", "cache"}
     for name, verb in verbs.items():
         for action in verb._actions:
             assert action.help, f"{name} {action.option_strings or action.dest} has no help text"

@@ -135,3 +135,22 @@ def test_an_entry_without_a_record_is_held_to_the_limit_whole(tmp_path):
     newer = cache.write(cache.entry("newer") / "program.jaxexport", bytes(10))
     assert not old.exists() and newer.exists()
     assert not (cache.entry("newer") / RUN_RECORD).exists()
+
+
+def test_the_cache_command_lists_each_entrys_run_and_weights_and_clears_them(tmp_path, monkeypatch, capsys):
+    from keras_transformer_cli import main
+
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE_DIR", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.keras").write_bytes(b"weights")
+    cache = ProgramCache()
+    _entry_with_weights(cache, "0123456789abcdef", run, 3 * 1024 * 1024)
+    main(["cache"])
+    listing = capsys.readouterr().out
+    assert "0123456789ab" in listing and str(run.resolve()) in listing and "[current]" in listing
+    assert "own weights 3.0 MB" in listing and "1 entry" in listing
+    main(["cache", "--clear"])
+    cleared = capsys.readouterr().out
+    assert cleared.startswith("cleared: 3.0 MB freed") and "nothing cached yet" in cleared
+    assert not cache.entry("0123456789abcdef").exists()

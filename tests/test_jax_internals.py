@@ -204,8 +204,8 @@ def test_a_translate_whose_fast_paths_all_fall_back_gives_the_same_translations_
     monkeypatch.setattr(sys.modules["jax._src.lib"], "lapack", types.SimpleNamespace())
     read = compiled_translator.read_entry_weights
 
-    def copied_off_the_alignment(entry):
-        weights = read(entry)
+    def copied_off_the_alignment(entry, run_file=None):
+        weights = read(entry, run_file)
         memory = np.zeros(sum(w.nbytes for w in weights) + 64 * len(weights) + 64, np.uint8)
         start, moved = -memory.ctypes.data % 64 + 4, []
         for value in weights:

@@ -97,7 +97,8 @@ def test_a_program_with_two_symbolic_inputs_is_refused():
 def test_weights_are_the_models_and_lie_aligned_and_a_truncated_file_is_never_served(trained_run, written):
     cache, _ = written
     entry = next(cache.rglob(WEIGHTS_FILE)).parent
-    weights = read_weights(entry)
+    run_file = trained_run / "model.keras"
+    weights = read_weights(entry, run_file)
     import keras
 
     import keras_transformer  # noqa: F401 (registers the layers)
@@ -108,10 +109,12 @@ def test_weights_are_the_models_and_lie_aligned_and_a_truncated_file_is_never_se
         if "seed" not in variable.path:  # a seed generator's state is each model's own
             np.testing.assert_array_equal(value, keras.ops.convert_to_numpy(variable), err_msg=variable.path)
     assert all(value.ctypes.data % 64 == 0 for value in weights)  # where XLA's CPU client uses them uncopied
+    # The run's model.keras holds the weights: the entry keeps only what it lacks (a seed generator's state).
+    assert (entry / WEIGHTS_FILE).stat().st_size < 0.01 * run_file.stat().st_size
     data = (entry / WEIGHTS_FILE).read_bytes()
     (entry / WEIGHTS_FILE).write_bytes(data[:-64])
     with pytest.raises((ValueError, OSError)):
-        read_weights(entry)
+        read_weights(entry, run_file)
     assert load_compiled_translator(str(trained_run), ProgramCache(cache)) is None  # a miss: written again
 
 
@@ -134,8 +137,11 @@ def test_a_quantized_program_keeps_quantized_weights_in_its_own_entry_and_transl
     (quantized_entry,) = {path.parent for path in tmp_path.rglob(WEIGHTS_FILE)}
     (float_entry,) = {path.parent for path in float_cache.rglob(WEIGHTS_FILE)}
     assert quantized_entry.name != float_entry.name
-    assert "int8" in {value.dtype.name for value in read_weights(quantized_entry)}
-    assert (quantized_entry / WEIGHTS_FILE).stat().st_size < 0.5 * (float_entry / WEIGHTS_FILE).stat().st_size
+    run_file = trained_run / "model.keras"
+    assert "int8" in {value.dtype.name for value in read_weights(quantized_entry, run_file)}
+    # Its quantized weights are its own, held once; the float entry keeps none of the run's.
+    assert (float_entry / WEIGHTS_FILE).stat().st_size < (quantized_entry / WEIGHTS_FILE).stat().st_size \
+        < 0.5 * run_file.stat().st_size
 
 
 @pytest.mark.end_to_end  # two programs written in a child process: ~25 s
