@@ -35,10 +35,10 @@ def cache(args, out):
 
     Example:
 
-    >>> import argparse, io, os, tempfile
-    >>> os.environ["KERAS_TRANSFORMER_CACHE_DIR"] = tempfile.mkdtemp()
+    >>> import argparse, io, os, tempfile, unittest.mock
     >>> out = io.StringIO()
-    >>> cache(argparse.Namespace(clear=True, prune=False), out)
+    >>> with unittest.mock.patch.dict(os.environ, {"KERAS_TRANSFORMER_CACHE_DIR": tempfile.mkdtemp()}):
+    ...     cache(argparse.Namespace(clear=True, prune=False), out)
     >>> out.getvalue().splitlines()[0].startswith("cleared: ")
     True
     """

@@ -96,10 +96,7 @@ class _Slice:
         self._file.seek(start)
 
     def seek(self, offset, whence=0):
-        base = {0: self._start, 1: self._file.tell(), 2: None}[whence]
-        if base is None:
-            return self._file.seek(offset, 2) - self._start
-        return self._file.seek(base + offset) - self._start
+        return self._file.seek(offset + self._start if whence == 0 else offset, whence) - self._start
 
     def tell(self):
         return self._file.tell() - self._start
@@ -139,22 +136,18 @@ def locate_arrays(arrays, path):
         return [None] * len(arrays)
     blob = np.memmap(path, dtype=np.uint8, mode="r")
 
-    def view(offset, dtype, shape):
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return blob[offset: offset + size].view(dtype).reshape(shape)
+    def stored_bytes(offset, dtype, shape):
+        return blob[offset: offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
 
     def probe(raw):
         return raw[:_PROBE_BYTES].tobytes(), raw[-_PROBE_BYTES:].tobytes()
 
     for offset, dtype, shape in stored:
-        raw = view(offset, np.dtype(np.uint8), (int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,))
-        candidates.setdefault((dtype.str, shape, probe(raw)), []).append(offset)
+        candidates.setdefault((dtype.str, shape, probe(stored_bytes(offset, dtype, shape))), []).append(offset)
     located = []
     for array in arrays:
-        array = np.ascontiguousarray(array)
-        key = (array.dtype.str, tuple(array.shape), probe(array.reshape(-1).view(np.uint8)))
-        match = next((offset for offset in candidates.get(key, ())
-                      if np.array_equal(view(offset, array.dtype, array.shape).reshape(-1).view(np.uint8),
-                                        array.reshape(-1).view(np.uint8))), None)
-        located.append(match)
+        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        key = (array.dtype.str, tuple(array.shape), probe(raw))
+        located.append(next((offset for offset in candidates.get(key, ())
+                             if np.array_equal(stored_bytes(offset, array.dtype, array.shape), raw)), None))
     return located
