@@ -25,11 +25,11 @@ import numpy as np
 WEIGHTS_FILE = "weights.npy"
 INDEX_FILE = "weights.json"
 # XLA's CPU client aliases host memory only at this alignment.
-_ALIGNMENT = 64
+ALIGNMENT = 64
 
 
 def _aligned(offset):
-    return -(-offset // _ALIGNMENT) * _ALIGNMENT
+    return -(-offset // ALIGNMENT) * ALIGNMENT
 
 
 def weights_files(weights, in_run=None, run_file_bytes=None):
@@ -144,13 +144,13 @@ def _run_arrays(run_file, run_file_bytes, items):
     for item, dtype, shape in items:
         start = item["run_offset"]
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if start % _ALIGNMENT == 0:
+        if start % ALIGNMENT == 0:
             arrays[start] = mapped[start: start + size].view(dtype).reshape(shape)
         elif start not in arrays:
             unaligned.append((start, size, dtype, shape))
     total = sum(_aligned(size) for _, size, _, _ in unaligned)
-    memory = np.empty(total + _ALIGNMENT, np.uint8)
-    offset = -memory.ctypes.data % _ALIGNMENT
+    memory = np.empty(total + ALIGNMENT, np.uint8)
+    offset = -memory.ctypes.data % ALIGNMENT
     with open(run_file, "rb") as file:
         for start, size, dtype, shape in unaligned:
             target = memory[offset: offset + size]

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_transformer.model_file import save_model
 from keras_transformer_runtime.keras_file_arrays import WEIGHTS_MEMBER
 from keras_transformer_runtime.keras_file_arrays import locate_arrays
 from keras_transformer_runtime.keras_file_arrays import member_data_offset
@@ -85,6 +86,31 @@ def test_an_entry_keeps_only_what_the_run_lacks_and_reads_every_weight_back_alig
     for value, expected in zip(read, arrays):
         np.testing.assert_array_equal(value, expected)
         assert value.ctypes.data % 64 == 0 and value.dtype == expected.dtype
+
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["zip", "zip64"])
+def test_a_model_saved_by_the_package_lies_aligned_is_mapped_in_place_and_loads_back(saved_model, tmp_path,
+                                                                                     monkeypatch, zip64):
+    path, weights = saved_model
+    model = keras.saving.load_model(path)
+    if zip64:  # the extra field a member over 4 GB gets, without writing 4 GB: only the weights pass the limit
+        with zipfile.ZipFile(path) as archive:
+            others = [info.file_size for info in archive.infolist() if info.filename != WEIGHTS_MEMBER]
+            assert archive.getinfo(WEIGHTS_MEMBER).file_size > 1.1 * max(others)
+        monkeypatch.setattr(zipfile, "ZIP64_LIMIT", max(others))
+    aligned = tmp_path / "aligned.keras"
+    save_model(model, aligned)
+    offsets = locate_arrays(weights, aligned)
+    assert None not in offsets and {offset % 64 for offset in offsets} == {0}
+    entry = tmp_path / "entry"
+    _write_entry(entry, weights, offsets, aligned)
+    assert entry_weight_bytes(entry) == 0
+    for value, expected in zip(read_weights(entry, aligned), weights):
+        np.testing.assert_array_equal(value, expected)
+        assert isinstance(value, np.memmap)  # a view of the run's file, not a copy
+    sample = np.random.default_rng(0).normal(size=(4, 7)).astype("float32")
+    np.testing.assert_array_equal(keras.saving.load_model(aligned).predict(sample, verbose=0),
+                                  model.predict(sample, verbose=0))
 
 
 def test_an_entry_refuses_a_run_file_that_changed_size_or_is_not_given(saved_model, tmp_path):

@@ -13,6 +13,8 @@ as expected.
 import contextlib
 import sys
 
+from keras_transformer.model_file import save_model
+
 
 @contextlib.contextmanager
 def initial_values_from(values):
@@ -94,7 +96,7 @@ def initial_values_from(values):
 
 
 def save_imported_model(model, path):
-    """`model.save(path)`, without importing TensorFlow where this process has not.
+    """`model_file.save_model(model, path)`, without importing TensorFlow where this process has not.
 
     Keras' serialization asks whether TensorFlow is installed (to convert its
     shapes and dtypes), and asking imports it: a large part of an import
@@ -112,8 +114,8 @@ def save_imported_model(model, path):
     >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> save_imported_model(model, os.path.join(tempfile.mkdtemp(), "m.keras"))
     """
-    with _tensorflow_unasked(), _weights_through_a_file(), _numpy_views_of_jax_arrays():
-        model.save(path)
+    with _tensorflow_unasked(), _numpy_views_of_jax_arrays():
+        save_model(model, path)
 
 
 @contextlib.contextmanager
@@ -149,30 +151,6 @@ def _numpy_views_of_jax_arrays():
         yield
     finally:
         backend.convert_to_numpy = convert
-
-
-@contextlib.contextmanager
-def _weights_through_a_file():
-    """Keras writes the weights' HDF5 file to a temporary file beside the `.keras`, not to memory.
-
-    Where it finds the memory, Keras builds the HDF5 file in memory and then
-    copies it into the zip: twice the weights' size at once, on top of the
-    model's own copy.
-    """
-    try:
-        from keras.src.saving import saving_lib
-    except ImportError:
-        yield
-        return
-    if not callable(getattr(saving_lib, "is_memory_sufficient", None)):
-        yield
-        return
-    in_memory = saving_lib.is_memory_sufficient
-    saving_lib.is_memory_sufficient = lambda model: False
-    try:
-        yield
-    finally:
-        saving_lib.is_memory_sufficient = in_memory
 
 
 @contextlib.contextmanager

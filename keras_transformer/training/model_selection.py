@@ -21,6 +21,7 @@ import os
 import keras
 import numpy as np
 
+from keras_transformer.model_file import save_model
 from keras_transformer.training import run_folder
 
 _CHECKPOINT_PATTERN = "epoch-{:05d}.weights.npz"
@@ -135,7 +136,7 @@ class DevBleu(keras.callbacks.Callback):
 
     def keep(self, what, result, step):
         """Saves the model as `model.keras`, the best so far with the score `result`."""
-        self.model.save(os.path.join(self.output, run_folder.MODEL_FILE))
+        save_model(self.model, os.path.join(self.output, run_folder.MODEL_FILE))
         self.best_bleu = result["bleu"]
         self.best_translations = result.get("translations")
         self.record["best"] = {"weights": what, "dev_bleu": result["bleu"], "step": step}
@@ -236,7 +237,7 @@ def keep_best(model, output, dev_bleu=None, average_last=1, log=print):
         label = f"average of the last {len(paths)} virtual epochs' weights"
         average_checkpoints(model, paths)
         if dev_bleu is None:
-            model.save(model_path)
+            save_model(model, model_path)
             return {"kept": label}
         result = dev_bleu.score()
         bleu = result["bleu"]
@@ -247,7 +248,7 @@ def keep_best(model, output, dev_bleu=None, average_last=1, log=print):
         dev_bleu.write_record()
     best = dev_bleu.record["best"] if dev_bleu is not None else None
     if best is None:  # no scoring, or none recorded (a run resumed after its last epoch)
-        model.save(model_path)
+        save_model(model, model_path)
         return {"kept": "last weights"}
     model.load_weights(model_path)
     log(f"kept in {model_path}: {best['weights']} (dev BLEU {best['dev_bleu']:.2f})")
