@@ -355,9 +355,9 @@ class PositionalEmbedding(keras.layers.Layer):
 
         Args:
             hidden: float tensor whose last axis is `d_model`.
-            kernel: `vocabulary_kernel()`, computed once for many calls
-                (a decoding loop), or None to take it from the token
-                matrix at this call.
+            kernel: `vocabulary_kernel()`, read once for many calls (a
+                decoding loop) and contracted as it lies, or None to run
+                Keras' reverse embedding at this call.
 
         Returns:
             Logits with last axis `vocabulary_size`.
@@ -378,7 +378,7 @@ class PositionalEmbedding(keras.layers.Layer):
         embedding = self.token_embedding
         if embedding.reverse_dtype is not None:
             hidden = ops.cast(hidden, embedding.reverse_dtype)
-        logits = ops.matmul(hidden, kernel)
+        logits = ops.einsum("...d,vd->...v", hidden, kernel)
         if embedding.logit_soft_cap is not None:
             logits = ops.multiply(ops.tanh(ops.divide(logits, embedding.logit_soft_cap)), embedding.logit_soft_cap)
         return self._add_output_bias(logits)
@@ -389,30 +389,33 @@ class PositionalEmbedding(keras.layers.Layer):
         return logits + ops.cast(self.logits_bias, logits.dtype)
 
     def vocabulary_kernel(self):
-        """The `(d_model, vocabulary_size)` matrix of the tied projection, or None.
+        """The tied projection's matrix, `(vocabulary_size, d_model)` as the token matrix lies, or None.
 
-        Keras' reverse embedding transposes the token matrix at every call;
-        a compiled decoding loop that calls it at every step transposes 2
-        MB a step on the README's model (benchmarks/findings/decoding.md),
-        so `CachedDecoder` takes this once per batch and passes it to
-        `project_to_vocabulary`. None where Keras' quantized projection
+        `project_to_vocabulary` contracts it on its last axis, as it lies:
+        Keras' reverse embedding transposes the token matrix at every call,
+        a copy as large as the matrix (a gigabyte at NLLB-200's 256,206
+        rows) that a compiled decoding loop would hold or make at every
+        step (benchmarks/findings/decoding.md, "The output projection as
+        the token matrix lies"). `CachedDecoder` reads this once per batch
+        (cast to the projection's dtype where that differs) and passes it
+        to `project_to_vocabulary`. None where Keras' quantized projection
         must run instead (a quantized token matrix).
 
         Returns:
-            A tensor `(d_model, vocabulary_size)` in the projection's dtype,
-            or None.
+            A tensor `(vocabulary_size, d_model)` in the projection's
+            dtype, or None.
 
         Example:
 
         >>> layer = PositionalEmbedding(10, 4, max_length=6)
         >>> layer.build((1, 2))
         >>> tuple(layer.vocabulary_kernel().shape)
-        (4, 10)
+        (10, 4)
         """
         embedding = self.token_embedding
         if embedding.quantization_mode is not None or self.merge == "concat":
             return None
-        kernel = ops.transpose(embedding.embeddings)
+        kernel = ops.convert_to_tensor(embedding.embeddings)
         if embedding.reverse_dtype is not None:
             kernel = ops.cast(kernel, embedding.reverse_dtype)
         return kernel
