@@ -2,23 +2,16 @@
 
     python -m benchmarks.run --config big --seq-len 512 --mixed-precision bfloat16 --process-per-implementation
 
-Why: on one H100, big@512 ran out of memory building the second
-implementation (a 55.9 GiB buffer) while the first still held its weights,
-optimizer state and compiled programs; and JAX cannot reset its allocator's
-peak, so a second model's peak memory reads too high in a shared process.
-With this mode (the default of `benchmarks.run` where a GPU is visible) no
-process ever holds two models.
-
-Each implementation runs as `python -m benchmarks.run <the same arguments>
---implementations NAME --no-process-per-implementation --out OUT/NAME`, one
-after the other, its output passed through; its `results.json` stays in
-`OUT/NAME`. After each one the rows so far are merged into `OUT/results.json`
-and `OUT/results.md` (the ratios against this package computed there), so a
-run stopped half-way keeps what it measured. An implementation whose process
-fails (e.g. out of memory) is reported as not measured, with the last line
-of its output, and the others still run. With `--resume`, an implementation
-whose `OUT/NAME/results.json` came from the same arguments (`--out` aside)
-is kept, not measured again.
+Why, and how the merged report reads: benchmarks/findings/training-speed.md,
+"What `benchmarks.run` measures" (no process ever holds two models, and
+JAX cannot reset its allocator's peak between two). Each implementation
+runs as `python -m benchmarks.run <the same arguments> --implementations
+NAME --no-process-per-implementation --out OUT/NAME`, one after the other;
+after each, the rows so far are merged into `OUT/results.json` and
+`OUT/results.md`, so a run stopped half-way keeps what it measured. A
+failed process is reported as not measured, with the last line of its
+output; `--resume` keeps an implementation whose `OUT/NAME/results.json`
+came from the same arguments (`--out` aside).
 
 Only the standard library is imported here: the parent process never
 touches the GPU.

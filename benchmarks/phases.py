@@ -118,6 +118,13 @@ def _figures(seconds, digits=4):
     return float(f"{seconds:.{digits}g}")
 
 
+def _rate(tokens, wall, cpu, prefix=""):
+    # One timed function's entries of a result: its median rate and every repeat's wall and CPU seconds.
+    return {f"{prefix}tokens_per_second": tokens / statistics.median(wall),
+            f"{prefix}seconds_repeats": [_figures(t) for t in wall],
+            f"{prefix}cpu_seconds_repeats": [_figures(t) for t in cpu]}
+
+
 # --- the implementations under test ------------------------------------------
 
 
@@ -146,6 +153,11 @@ def set_precision(args):
 
 def _fit_jit(args):
     return "auto" if args.jit_compile is None else args.jit_compile
+
+
+def _compile(model, args):
+    model.compile(optimizer=keras.optimizers.Adam(1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=_fit_jit(args))
 
 
 def _decode_jit(args):
@@ -202,11 +214,7 @@ class Subject:
             self.model = build_model(
                 implementation, config, max(seq_len, args.new_tokens + 1), args.dropout, args.fused_qkv
             )
-            self.model.compile(
-                optimizer=keras.optimizers.Adam(1e-4),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=_fit_jit(args),
-            )
+            _compile(self.model, args)
             self.result["parameters"] = int(sum(np.prod(w.shape) for w in self.model.trainable_weights))
             self.result["dtype_policy"] = self.model.dtype_policy.name
             if "train" in args.phases:
@@ -243,8 +251,7 @@ def warm_up_process(args):
     for implementation in args.implementations:
         set_precision(args)
         model = build_model(implementation, "quick", 16, args.dropout, args.fused_qkv)
-        model.compile(optimizer=keras.optimizers.Adam(1e-4),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=_fit_jit(args))
+        _compile(model, args)
         model.fit(batch, tokens, batch_size=2, epochs=1, verbose=0)
         model.predict(batch, verbose=0)
     keras.backend.clear_session()
@@ -327,17 +334,9 @@ def time_encoders(subjects, args, seq_len):
     wall, cpu = interleaved_seconds(functions, args.encode_repeats)
     for subject in subjects:
         size, name = sizes[subject.implementation], subject.implementation
-        subject.result["encode"] = dict(
-            tokens_per_second=size / statistics.median(wall[name]),
-            seconds_repeats=[_figures(t) for t in wall[name]],
-            cpu_seconds_repeats=[_figures(t) for t in cpu[name]],
-        )
+        subject.result["encode"] = _rate(size, wall[name], cpu[name])
         if f"{name} to host" in wall:
-            subject.result["encode"].update(
-                to_host_tokens_per_second=size / statistics.median(wall[f"{name} to host"]),
-                to_host_seconds_repeats=[_figures(t) for t in wall[f"{name} to host"]],
-                to_host_cpu_seconds_repeats=[_figures(t) for t in cpu[f"{name} to host"]],
-            )
+            subject.result["encode"].update(_rate(size, wall[f"{name} to host"], cpu[f"{name} to host"], "to_host_"))
 
 
 class ReferenceUncachedDecoder(UncachedDecoder):
@@ -404,9 +403,7 @@ def time_decoding(subjects, args, seq_len):
         result = dict(new_tokens=new_tokens, uncached_new_tokens=uncached_tokens, batch_size=args.decode_batch,
                       jit_compile=jit_compile)
         for kind in ("cached", "uncached"):
-            seconds = wall.get((subject.implementation, kind))
-            if seconds:
-                result[f"{kind}_tokens_per_second"] = generated[kind] / statistics.median(seconds)
-                result[f"{kind}_seconds_repeats"] = [_figures(t) for t in seconds]
-                result[f"{kind}_cpu_seconds_repeats"] = [_figures(t) for t in cpu[subject.implementation, kind]]
+            if wall.get((subject.implementation, kind)):
+                result.update(_rate(generated[kind], wall[subject.implementation, kind],
+                                    cpu[subject.implementation, kind], f"{kind}_"))
         subject.result["decode"] = result

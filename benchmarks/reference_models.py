@@ -101,24 +101,9 @@ def _keras_hub_model(config, max_length, dropout):
     return keras.Model(inputs, _float32_logits(y, vocabulary_size), name="keras_hub")
 
 
-def sinusoidal_table(length, depth):
-    """The tutorial's position table: sines in the first half, cosines in the second.
-
-    Args:
-        length: int, number of positions.
-        depth: int, even width of the table.
-
-    Returns:
-        float32 NumPy `(length, depth)`.
-
-    Example:
-
-    >>> sinusoidal_table(4, 6).shape
-    (4, 6)
-    """
-    positions = np.arange(length)[:, None]
-    rates = 1.0 / 10000 ** (np.arange(depth // 2)[None, :] / (depth // 2))
-    angles = positions * rates
+def _sinusoidal_table(length, depth):
+    # The tutorial's table: sines in the first half of the depth, cosines in the second.
+    angles = np.arange(length)[:, None] * (1.0 / 10000 ** (np.arange(depth // 2)[None, :] / (depth // 2)))
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1).astype("float32")
 
 
@@ -145,7 +130,7 @@ class TutorialPositionalEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.vocabulary_size, self.d_model, self.max_length = vocabulary_size, d_model, max_length
         self.embedding = keras.layers.Embedding(vocabulary_size, d_model, mask_zero=True, dtype=self.dtype_policy)
-        self.table = sinusoidal_table(max_length, d_model)
+        self.table = _sinusoidal_table(max_length, d_model)
 
     def build(self, inputs_shape):
         self.embedding.build(inputs_shape)

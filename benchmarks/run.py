@@ -5,51 +5,16 @@
     KERAS_BACKEND=jax python -m benchmarks.run --config big --seq-len 512 --mixed-precision bfloat16 --jit-compile
 
 The same encoder-decoder configuration is built three ways
-(`benchmarks.reference_models`) and timed on the same synthetic batches
-(random token ids, no padding, so every implementation does the same work).
-All three share one process, or, with `--process-per-implementation` (the
-default where a GPU is visible), each has its own (`benchmarks.per_process`)
-and the results are merged: two big models do not fit on one GPU together.
-Each phase warms every implementation up first (tracing, compilation: never
-timed), then times them round-robin, one repeat of each before the next
-repeat of any, so a slow moment of a shared machine hits all of them alike.
-Every repeat records wall time and the process's CPU time; medians of the
-wall time are the headline, and on a CPU a second table uses the median CPU
-time, which other processes on a shared machine barely change (exactly so
-with `--threads 1`).
-
-- training: `model.fit` steps (forward, backward, Adam update) on
-  fixed-shape batches fed by `tf.data` (NumPy arrays when TensorFlow is not
-  installed). A repeat is one epoch of `--steps` steps, timed from the
-  epoch's start to its end (the end reads the loss, so asynchronous devices
-  are synchronized). tokens/s counts source + target tokens.
-- encoder inference: `predict` on the encoder half with its outputs
-  summed over the features on the device, tokens/s; and `predict` of the
-  whole outputs ("outputs to host"), which Keras copies to the host and
-  concatenates with NumPy (on JAX all batches' at the end of the call).
-- greedy decoding of `--new-tokens` tokens for `--decode-batch` sources:
-  this package's `CachedDecoder` (KV cache) and KerasHub's own KV cache,
-  each in the package's one decoding loop (`greedy_search`: one
-  `keras.ops.while_loop`, compiled with XLA unless `--no-jit-compile`, and always on JAX); and
-  for all three the uncached loop that re-runs the whole model on the
-  prefix at every step (what the tutorial does;
-  `keras.layers.MultiHeadAttention` has no cache). Its prefix has a fixed
-  length of `--new-tokens` (later positions padding, hidden by the causal
-  mask), so every step costs the same: only its first
-  `--uncached-new-tokens` steps are timed, and its tokens/s is theirs.
-- peak memory of building, compiling and the warm-up training epoch, over
-  what was in use before: the allocator's peak on a GPU (TensorFlow and
-  torch reset it per implementation; JAX cannot reset it, so a number
-  below an earlier implementation's peak reads too high), the growth of
-  the resident set size on a CPU, sampled every 5 ms from
-  `/proc/self/statm` (process-wide: allocator pools and libraries loaded
-  by an earlier implementation can make a later one look smaller).
-- retraces: Python executions of the model's `call` during the timed epochs.
-  Under `tf.function` or `jax.jit` that is the number of new traces and
-  must be 0; torch without `--jit-compile` runs eagerly, so there is
-  nothing to retrace and the count is not reported.
-- FLOPs per step (`keras_transformer.training.model_flops`), achieved FLOP/s and, on a GPU whose
-  bf16 peak is known, model FLOPs utilization (MFU).
+(`benchmarks.reference_models`) and timed on the same synthetic batches:
+`model.fit` steps, the encoder's `predict`, and greedy decoding cached and
+uncached, with each phase's peak memory, retraces and FLOP/s (MFU on a GPU
+whose bf16 peak is known). What each figure means, and why it is measured
+that way, is in benchmarks/findings/training-speed.md, "What
+`benchmarks.run` measures". All three share one process, or, with
+`--process-per-implementation` (the default where a GPU is visible), each
+has its own (`benchmarks.per_process`) and the results are merged. Every
+implementation is warmed up before any is timed, then the repeats run
+round-robin, one of each before the next of any, and medians are reported.
 
 Writes `results.json` (every repeat, the settings) and `results.md`
 (Markdown tables with ratios against this package) into `--out`, and prints
@@ -120,7 +85,8 @@ def parse_args(argv=None, prog="python -m benchmarks.run"):
     parser.add_argument("--encode-repeats", type=int, default=10,
                         help="timed repeats of encoder inference, which is cheap (default: %(default)s)")
     parser.add_argument("--decode-batch", type=int, default=8, help="sources decoded together (default: %(default)s)")
-    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated per source (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=int, default=256,
+                        help="tokens generated per source (default: %(default)s)")
     parser.add_argument("--decode-repeats", type=int,
                         help="timed repeats of each decoding loop (default: --repeats)")
     parser.add_argument("--uncached-new-tokens", type=int, default=32,
@@ -266,15 +232,8 @@ def run(args):
             config_values=CONFIGS[args.config],
             precision=f"mixed_{args.mixed_precision}" if args.mixed_precision else "float32",
             jit_compile="auto" if args.jit_compile is None else args.jit_compile,
-            dropout=args.dropout,
-            fused_qkv=args.fused_qkv,
-            repeats=args.repeats,
-            steps=args.steps,
-            encode_repeats=args.encode_repeats,
-            decode_repeats=args.decode_repeats,
-            uncached_new_tokens=args.uncached_new_tokens,
-            seed=args.seed,
-            threads=args.threads,
+            **{name: getattr(args, name) for name in ("dropout", "fused_qkv", "repeats", "steps", "encode_repeats",
+                                                      "decode_repeats", "uncached_new_tokens", "seed", "threads")},
         ),
         results=results,
     )
