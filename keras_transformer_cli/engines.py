@@ -4,6 +4,7 @@ Each search flag holds its value by now: given, or the run's default
 (`search_flags.apply_search_defaults`), and both engines get the same.
 """
 
+import gc
 import sys
 
 from keras_transformer_cli.search_flags import decoding_settings
@@ -126,6 +127,9 @@ def compiled_translator(args):
             write_translation_program(*arguments, **options)
         except (FileNotFoundError, ValueError) as error:
             raise UserInputError(str(error))
+        # The Keras model the program was written from lies in reference cycles: freed now, not after
+        # decoding has mapped the run's weights beside it.
+        gc.collect()
 
     log = (lambda line: print(f"keras-transformer: {line}", file=sys.stderr, flush=True)) if args.verbose else None
     settings = decoding_settings(args, n_best=(args.n_best or 1) if scored(args) else None,

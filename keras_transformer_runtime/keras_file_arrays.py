@@ -23,6 +23,7 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 # Bytes compared before a whole array is: enough to tell random weights apart at once.
 _PROBE_BYTES = 256
+_COMPARED_BLOCK_BYTES = 1 << 24
 
 
 def member_data_offset(path, member=WEIGHTS_MEMBER):
@@ -114,6 +115,17 @@ class _Slice:
         return True
 
 
+def _file_holds(file, offset, raw):
+    """Whether `file` holds the bytes `raw` (uint8) at `offset`, read a block at a time."""
+    block = np.empty(min(raw.size, _COMPARED_BLOCK_BYTES), np.uint8)
+    file.seek(offset)
+    for start in range(0, raw.size, block.size):
+        part = block[: min(block.size, raw.size - start)]
+        if file.readinto(memoryview(part)) != part.size or not np.array_equal(part, raw[start: start + part.size]):
+            return False
+    return True
+
+
 def locate_arrays(arrays, path):
     """For each array, the offset in `path` of a stored weight with the same dtype, shape and bytes, or None.
 
@@ -134,20 +146,23 @@ def locate_arrays(arrays, path):
     stored = stored_arrays(path)
     if not stored:
         return [None] * len(arrays)
-    blob = np.memmap(path, dtype=np.uint8, mode="r")
 
-    def stored_bytes(offset, dtype, shape):
-        return blob[offset: offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize]
+    # Read, not mapped: pages read through a mapping would count in this process' memory, the whole model's
+    # worth at once, beside the arrays the caller holds.
+    with open(path, "rb", buffering=0) as file:
+        def ends(offset, size):
+            file.seek(offset)
+            head = file.read(min(size, _PROBE_BYTES))
+            file.seek(offset + max(size - _PROBE_BYTES, 0))
+            return head, file.read(min(size, _PROBE_BYTES))
 
-    def probe(raw):
-        return raw[:_PROBE_BYTES].tobytes(), raw[-_PROBE_BYTES:].tobytes()
-
-    for offset, dtype, shape in stored:
-        candidates.setdefault((dtype.str, shape, probe(stored_bytes(offset, dtype, shape))), []).append(offset)
-    located = []
-    for array in arrays:
-        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        key = (array.dtype.str, tuple(array.shape), probe(raw))
-        located.append(next((offset for offset in candidates.get(key, ())
-                             if np.array_equal(stored_bytes(offset, array.dtype, array.shape), raw)), None))
+        for offset, dtype, shape in stored:
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            candidates.setdefault((dtype.str, shape, *ends(offset, size)), []).append(offset)
+        located = []
+        for array in arrays:
+            raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            key = (array.dtype.str, tuple(array.shape), raw[:_PROBE_BYTES].tobytes(), raw[-_PROBE_BYTES:].tobytes())
+            located.append(next((offset for offset in candidates.get(key, ()) if _file_holds(file, offset, raw)),
+                                None))
     return located

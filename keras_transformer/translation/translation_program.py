@@ -16,6 +16,7 @@ import contextlib
 import os
 
 import jax
+import numpy as np
 import keras
 
 from keras_transformer.decoding.choices import BeamChoice
@@ -216,7 +217,8 @@ def write_translation_program(run_directory, entry, cache, settings=None, quanti
         program = export_decoding_program(translator, settings.n_best, settings.cross_attention)
     with phase("write"):
         cache.record_run(entry, run_directory, MODEL_FILE, quantize)  # first: a prune elsewhere then keeps the entry
-        weights = [keras.ops.convert_to_numpy(v) for v in translator.decoder.model.variables]
+        # Views of JAX's CPU buffers, where Keras' `convert_to_numpy` copies: the weights are held once.
+        weights = [np.asarray(variable.value) for variable in translator.decoder.model.variables]
         model_path = os.path.join(run_directory, MODEL_FILE)
         index, data = weights_files(weights, locate_arrays(weights, model_path), os.path.getsize(model_path))
         cache.write(entry / INDEX_FILE, index)
