@@ -396,7 +396,7 @@ class PositionalEmbedding(keras.layers.Layer):
         a copy as large as the matrix (a gigabyte at NLLB-200's 256,206
         rows) that a compiled decoding loop would hold or make at every
         step (benchmarks/findings/decoding.md, "The output projection as
-        the token matrix lies"). `CachedDecoder` reads this once per batch
+        the token matrix lies, weights mapped in place"). `CachedDecoder` reads this once per batch
         (cast to the projection's dtype where that differs) and passes it
         to `project_to_vocabulary`. None where Keras' quantized projection
         must run instead (a quantized token matrix).
