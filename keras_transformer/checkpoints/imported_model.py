@@ -7,7 +7,7 @@ defaults are the same for both, and so are building the `transformer()`
 model from the mapped weights and the run's `config.json` (`train --from`).
 """
 
-from keras_transformer.checkpoints.keras_shortcuts import initial_values_from
+from keras_transformer.initial_values import initial_values_from
 from keras_transformer_runtime.errors import UserInputError
 
 # Keys that change nothing of the model whatever their value: where it came from,
@@ -102,7 +102,7 @@ def built_model(arguments, weights, name, family):
         arguments: `transformer()`'s arguments.
         weights: for each variable path, a function reading its NumPy value
             (`layer_weights.take`): one tensor is read at a time, made into
-            its variable (`keras_shortcuts.initial_values_from`), then let go.
+            its variable (`initial_values.initial_values_from`), then let go.
         name: the model's name.
         family: the checkpoint's family, for messages.
 
