@@ -80,3 +80,32 @@ def decoding_settings(args, **changes):
 
     return DecodingSettings(**search_arguments(args), max_output_ratio=getattr(args, "max_output_ratio", None),
                             **changes)
+
+
+def search_flag_arguments(settings):
+    """The command-line flags that ask for a `DecodingSettings`' search, as a child `translate` takes them.
+
+    Args:
+        settings: a `DecodingSettings`.
+
+    Returns:
+        A list of strings: each search flag of `SEARCH_FLAGS` and
+        `--max-output-ratio` with its value (one whose value is None left
+        out: the run's default).
+
+    Example:
+
+    >>> from keras_transformer_runtime.decoding_settings import DecodingSettings
+    >>> search_flag_arguments(DecodingSettings(beam_width=1, early_stopping=False))[:2]
+    ['--beam', '1']
+    """
+    arguments = []
+    for name, field in SEARCH_FLAGS.items():
+        flag, value = "--" + name.replace("_", "-"), getattr(settings, field)
+        if isinstance(value, bool):
+            arguments.append(flag if value else f"--no-{flag[2:]}")
+        elif value is not None:
+            arguments += [flag, repr(value) if isinstance(value, float) else str(value)]
+    ratio = settings.max_output_ratio
+    return arguments if ratio is None else [*arguments, "--max-output-ratio", repr(ratio)]
+

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from keras_transformer_cli.search_flags import search_flag_arguments
+
 SERVE_DESCRIPTION = """\
 Serves translations over HTTP (docs/serving.md): POST /v1/translate takes
 {"model": NAME, "text": [...], "beam": 4, "n_best": 1, "max_new_tokens": N,
@@ -181,15 +183,10 @@ def write_program_in_a_child(run_directory, entry, cache, settings=None, quantiz
           f"{' with alignments' if settings.cross_attention else ''} into the cache (once per model and setting)",
           file=sys.stderr, flush=True)
     scored = ["--n-best", str(settings.n_best), "--format", "jsonl"] if settings.n_best else []
-    search = ["--beam-search", settings.beam_search, "--length-penalty", repr(settings.length_penalty),
-              "--early-stopping" if settings.early_stopping else "--no-early-stopping",
-              *(["--max-new-tokens", str(settings.max_new_tokens)] if settings.max_new_tokens else []),
-              "--max-output-ratio", repr(settings.max_output_ratio)]
     command = [sys.executable, "-m", "keras_transformer_cli", "translate", "--model", str(run_directory),
-               "--engine", "compiled", "--beam", str(settings.beam_width),
-               "--no-repeat-ngram", str(settings.no_repeat_ngram_size),
-               *search, *scored, *(["--alignments"] if settings.cross_attention else []),
-               *(["--quantize", quantize] if quantize else []), ""]
+               "--engine", "compiled", *search_flag_arguments(settings), *scored,
+               *(["--alignments"] if settings.cross_attention else []), *(["--quantize", quantize] if quantize else []),
+               ""]
     # The child finds the same cache: ProgramCache() reads the same environment.
     result = subprocess.run(command, capture_output=True, text=True, timeout=WRITE_TIMEOUT_SECONDS)
     if result.returncode != 0:

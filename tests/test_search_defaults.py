@@ -82,3 +82,18 @@ def test_the_command_line_sets_each_flag_from_the_setting_of_its_name(tmp_path):
     search = apply_search_defaults(args)
     assert (args.beam, args.no_repeat_ngram) == (2, 0)
     assert decoding_settings(args) == search.decoding.replace(max_output_ratio=None)
+
+
+@pytest.mark.parametrize("settings", [
+    DecodingSettings(beam_width=1, beam_search="kept", length_penalty=0.6, early_stopping=False, max_new_tokens=7,
+                     no_repeat_ngram_size=0, max_output_ratio=0.0),
+    DecodingSettings(beam_width=4, beam_search="pooled", length_penalty=1.25, early_stopping=True,
+                     max_new_tokens=None, no_repeat_ngram_size=3, max_output_ratio=3.5),
+], ids=["greedy", "beam"])
+def test_the_flags_a_child_translate_gets_parse_back_to_the_same_search(settings):
+    from keras_transformer_cli import build_parser
+    from keras_transformer_cli.search_flags import decoding_settings
+    from keras_transformer_cli.search_flags import search_flag_arguments
+
+    args = build_parser().parse_args(["translate", "--model", "RUN", *search_flag_arguments(settings), "text"])
+    assert decoding_settings(args) == settings

@@ -18,6 +18,7 @@ from keras_transformer.decoding import n_best_search
 from keras_transformer.decoding import pooled_beam_search
 from keras_transformer.decoding.sampler import compiles_loop
 from keras_transformer.model_parts import transformer_parts
+from keras_transformer_runtime.decoding_settings import SEARCHES
 from keras_transformer_runtime.decoding_settings import checked_output_ratio
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import COMPILED_CPU_BATCH_SIZE  # noqa: F401
@@ -37,8 +38,6 @@ DEFAULT_NO_REPEAT_NGRAM_SIZE = 3
 # Dev BLEU during training stays greedy: it is for comparing epochs, and
 # runs every epoch.
 DEFAULT_BEAM_WIDTH = 4
-# How beam search treats a finished hypothesis: keeps it in the beam, or sets it aside (Translator's beam_search).
-BEAM_SEARCHES = ("kept", "pooled")
 
 
 class Translator(TextTranslator):
@@ -128,8 +127,8 @@ class Translator(TextTranslator):
                  jit_compile="auto", no_repeat_ngram_size=DEFAULT_NO_REPEAT_NGRAM_SIZE,
                  batch_size=DEFAULT_BATCH_SIZE, beam_search="kept", early_stopping=False, end_at_limit=True,
                  max_output_ratio=None):
-        if beam_search not in BEAM_SEARCHES:
-            raise ValueError(f"beam_search must be one of {BEAM_SEARCHES}, got beam_search={beam_search!r}.")
+        if beam_search not in SEARCHES:
+            raise ValueError(f"beam_search must be one of {SEARCHES}, got beam_search={beam_search!r}.")
         self.beam_search = beam_search
         self.early_stopping = bool(early_stopping)
         self.end_at_limit = bool(end_at_limit)
