@@ -51,7 +51,7 @@ def test_only_float32_models_at_most_256_wide_leave_ynnpack_on_a_cpu_without_avx
     assert not leaves_ynnpack([np.zeros((3,), np.float32)], WITHOUT_AVX512)
 
 
-def test_a_quantized_lone_sentence_takes_several_rows_only_where_the_cpu_multiplies_int8_in_amx():
+def test_a_quantized_lone_sentence_takes_several_rows_only_where_the_cpu_multiplies_int8_rows_as_int8():
     int8 = [np.zeros((65001, 512), np.float32), np.zeros((512, 2048), np.int8), np.zeros((2,), np.uint32)]
     float32 = [np.zeros((65001, 512), np.float32), np.zeros((2,), np.uint32)]  # a dropout's seed is no kernel
     narrow = [np.zeros((4000, 128), np.float32), np.zeros((128, 512), np.int8)]  # the README's model: slower so
@@ -59,7 +59,11 @@ def test_a_quantized_lone_sentence_takes_several_rows_only_where_the_cpu_multipl
     assert lone_sentence_rows(int8, 1, amx) == 4
     assert lone_sentence_rows(int8, 2, amx) == 2  # a beam's rows count: 2 sentences of 2 hypotheses
     assert lone_sentence_rows(int8, 4, amx) == 1
-    assert lone_sentence_rows(int8, 1, amx - {"amx_int8"}) == 1
+    vnni = amx - {"amx_tile", "amx_int8"}  # YNNPACK multiplies two rows or more as int8; one row is widened
+    assert lone_sentence_rows(int8, 1, vnni) == 2
+    assert lone_sentence_rows(int8, 2, vnni) == 1
+    assert lone_sentence_rows(int8, 1, WITHOUT_AVX512) == 1
+    assert lone_sentence_rows(narrow, 1, vnni) == 1
     assert lone_sentence_rows(float32, 1, amx) == 1
     assert lone_sentence_rows(narrow, 1, amx) == 1
 
