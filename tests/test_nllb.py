@@ -339,7 +339,8 @@ def test_one_compiled_program_translates_every_pair_as_the_keras_engine_does(imp
             assert [(h.text, h.alignment) for h in mine.hypotheses] == [(h.text, h.alignment)
                                                                         for h in keras_engine.hypotheses]
             for a, b in zip(mine.hypotheses, keras_engine.hypotheses):
-                assert (a.score, a.normalized_score) == pytest.approx((b.score, b.normalized_score), abs=1e-5)
+                # Two compilations of the same float32 sums: equal to float32's rounding over a hypothesis' steps.
+                assert (a.score, a.normalized_score) == pytest.approx((b.score, b.normalized_score), rel=1e-5, abs=1e-5)
         texts, _ = nllb_generate(*reference, SENTENCES, "spa_Latn", target, beams=4, max_new_tokens=MAX_NEW_TOKENS)
         assert [t.hypotheses[0].text for t in ours] == texts
 
