@@ -5,9 +5,8 @@ and copies each weight to write it. An imported model (its weights built
 from the checkpoint's values: `keras_transformer.initial_values`) holds no
 TensorFlow object, so each of these costs time or memory and changes
 nothing in the file (docs/pretrained.md, "What an import costs"). The
-shortcuts reach into Keras' own modules where it has
-no public switch, and fall back to Keras' way where those modules are not
-as expected.
+shortcuts reach into Keras' own modules where it has no public switch, and
+fall back to Keras' way where those modules are not as expected.
 """
 
 import contextlib

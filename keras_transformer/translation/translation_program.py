@@ -16,8 +16,8 @@ import contextlib
 import os
 
 import jax
-import numpy as np
 import keras
+import numpy as np
 
 from keras_transformer.decoding.choices import BeamChoice
 from keras_transformer.decoding.choices import GreedyChoice
