@@ -92,6 +92,18 @@ def test_tied_projection_is_hidden_times_embedding_transpose(rng):
     np.testing.assert_allclose(logits, hidden @ to_numpy(layer.embeddings).T, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("width", [8, 264])  # each side of YNNPACK_FREE_WIDTH: transposed once, or as it lies
+def test_the_once_read_vocabulary_kernel_projects_as_the_reverse_embedding(rng, width):
+    layer = PositionalEmbedding(12, width, max_length=6)
+    layer.build((1, 2))
+    hidden = rng.normal(size=(3, 2, width)).astype("float32")
+    kernel = layer.vocabulary_kernel()
+    assert sorted(kernel.shape) == sorted((12, width))
+    expected = hidden @ to_numpy(layer.embeddings).T
+    np.testing.assert_allclose(to_numpy(layer.project_to_vocabulary(hidden, kernel=kernel)), expected, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(layer.project_to_vocabulary(hidden)), expected, atol=1e-4)
+
+
 def test_sinusoid_stays_accurate_under_bfloat16():
     keras.config.set_dtype_policy("mixed_bfloat16")
     layer = PositionalEmbedding(4, 64, max_length=2048, embeddings_initializer="zeros")

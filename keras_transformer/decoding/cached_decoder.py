@@ -31,9 +31,8 @@ class DecoderState(typing.NamedTuple):
         cross_caches: one read-only cross-attention cache per decoder
             layer, pairs of the same layout over the source positions.
         encoder_mask: bool `(batch, source_length)`.
-        output_kernel: the tied output projection's `(vocabulary,
-            d_model)` matrix, read once per batch
-            (`PositionalEmbedding.vocabulary_kernel`), or `()` when the
+        output_kernel: the tied output projection's matrix, read once per
+            batch (`PositionalEmbedding.vocabulary_kernel`), or `()` when the
             model has its own output projection or a quantized one.
         cross_attention: float32 `(batch, num_layers, attention_length,
             source_length)`, each decoder layer's cross-attention weights

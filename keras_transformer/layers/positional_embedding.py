@@ -11,6 +11,7 @@ from keras_transformer.layers import quantized_policies
 from keras_transformer.layers.sinusoidal_encoding import LAYOUTS
 from keras_transformer.layers.sinusoidal_encoding import sinusoidal_encoding
 from keras_transformer.layers.sublayer_call import call_sublayer
+from keras_transformer_runtime.cpu_compiler_options import YNNPACK_FREE_WIDTH
 
 _SCALES = ("sqrt",)
 _POSITIONS = ("sinusoidal", "learned")
@@ -112,26 +113,15 @@ class PositionalEmbedding(keras.layers.Layer):
             ("max_length", max_length),
         ):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"PositionalEmbedding needs a positive int {name}, got "
-                    f"{name}={value!r}."
-                )
+                raise ValueError(f"PositionalEmbedding needs a positive int {name}, got {name}={value!r}.")
         if positions not in _POSITIONS:
-            raise ValueError(
-                f"positions must be one of {_POSITIONS}, got "
-                f"positions={positions!r}."
-            )
+            raise ValueError(f"positions must be one of {_POSITIONS}, got positions={positions!r}.")
         if sinusoid_layout not in LAYOUTS:
-            raise ValueError(
-                f"sinusoid_layout must be one of {LAYOUTS}, got "
-                f"sinusoid_layout={sinusoid_layout!r}."
-            )
+            raise ValueError(f"sinusoid_layout must be one of {LAYOUTS}, got sinusoid_layout={sinusoid_layout!r}.")
         if output_bias and merge == "concat":
             raise ValueError("output_bias needs merge='add': the tied output projection needs the whole width.")
         if merge not in _MERGES:
-            raise ValueError(
-                f"merge must be one of {_MERGES}, got merge={merge!r}."
-            )
+            raise ValueError(f"merge must be one of {_MERGES}, got merge={merge!r}.")
         if merge == "concat":
             if not isinstance(position_dim, int) or not 0 < position_dim < d_model:
                 raise ValueError(
@@ -356,8 +346,8 @@ class PositionalEmbedding(keras.layers.Layer):
         Args:
             hidden: float tensor whose last axis is `d_model`.
             kernel: `vocabulary_kernel()`, read once for many calls (a
-                decoding loop) and contracted as it lies, or None to run
-                Keras' reverse embedding at this call.
+                decoding loop), or None to run Keras' reverse embedding at
+                this call.
 
         Returns:
             Logits with last axis `vocabulary_size`.
@@ -378,7 +368,7 @@ class PositionalEmbedding(keras.layers.Layer):
         embedding = self.token_embedding
         if embedding.reverse_dtype is not None:
             hidden = ops.cast(hidden, embedding.reverse_dtype)
-        logits = ops.einsum("...d,vd->...v", hidden, kernel)
+        logits = ops.einsum("...d,dv->...v" if self._projects_transposed() else "...d,vd->...v", hidden, kernel)
         if embedding.logit_soft_cap is not None:
             logits = ops.multiply(ops.tanh(ops.divide(logits, embedding.logit_soft_cap)), embedding.logit_soft_cap)
         return self._add_output_bias(logits)
@@ -389,36 +379,45 @@ class PositionalEmbedding(keras.layers.Layer):
         return logits + ops.cast(self.logits_bias, logits.dtype)
 
     def vocabulary_kernel(self):
-        """The tied projection's matrix, `(vocabulary_size, d_model)` as the token matrix lies, or None.
+        """The tied projection's matrix, read once for a decoding loop's steps, or None.
 
-        `project_to_vocabulary` contracts it on its last axis, as it lies:
-        Keras' reverse embedding transposes the token matrix at every call,
+        Keras' reverse embedding transposes the token matrix at every call:
         a copy as large as the matrix (a gigabyte at NLLB-200's 256,206
         rows) that a compiled decoding loop would hold or make at every
-        step (benchmarks/findings/decoding.md, "The output projection as
-        the token matrix lies, weights mapped in place"). `CachedDecoder` reads this once per batch
-        (cast to the projection's dtype where that differs) and passes it
-        to `project_to_vocabulary`. None where Keras' quantized projection
-        must run instead (a quantized token matrix).
+        step. `CachedDecoder` reads this once per batch instead (cast to the
+        projection's dtype where that differs) and passes it to
+        `project_to_vocabulary`: for a model wider than
+        `YNNPACK_FREE_WIDTH`, the matrix as it lies, `(vocabulary_size,
+        d_model)`, contracted on its last axis with no copy; for a narrower
+        one, transposed once, `(d_model, vocabulary_size)`, as XLA's own CPU
+        code (which runs such models' programs on some CPUs) multiplies
+        several rows by it far faster (benchmarks/findings/decoding.md,
+        "The output projection as the token matrix lies"; "... transposed
+        for a narrow model"). None where Keras' quantized projection must
+        run instead (a quantized token matrix).
 
         Returns:
-            A tensor `(vocabulary_size, d_model)` in the projection's
-            dtype, or None.
+            A tensor in the projection's dtype, or None.
 
         Example:
 
-        >>> layer = PositionalEmbedding(10, 4, max_length=6)
-        >>> layer.build((1, 2))
-        >>> tuple(layer.vocabulary_kernel().shape)
-        (10, 4)
+        >>> narrow, wide = PositionalEmbedding(10, 4, max_length=6), PositionalEmbedding(10, 512, max_length=6)
+        >>> narrow.build((1, 2)); wide.build((1, 2))
+        >>> tuple(narrow.vocabulary_kernel().shape), tuple(wide.vocabulary_kernel().shape)
+        ((4, 10), (10, 512))
         """
         embedding = self.token_embedding
         if embedding.quantization_mode is not None or self.merge == "concat":
             return None
         kernel = ops.convert_to_tensor(embedding.embeddings)
+        if self._projects_transposed():
+            kernel = ops.transpose(kernel)
         if embedding.reverse_dtype is not None:
             kernel = ops.cast(kernel, embedding.reverse_dtype)
         return kernel
+
+    def _projects_transposed(self):
+        return self.token_embedding.embeddings.shape[-1] <= YNNPACK_FREE_WIDTH
 
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
         # Declared rather than traced: tracing would feed placeholder
