@@ -124,3 +124,18 @@ def test_export_refuses_quantize_for_ctranslate2_with_the_flag_to_use(tmp_path, 
               "--quantize", "int8"])
     assert exit_info.value.code == 2 and "--quantization int8" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_int8_by_row_blocks_quantizes_exactly_as_keras_and_reloads(tie, monkeypatch, tmp_path):
+    monkeypatch.setattr(quantization, "ROWS_PER_BLOCK", 7)  # 60 token rows: nine blocks, the last one short
+    theirs = _model(tie_embeddings=tie)
+    theirs.quantize("int8")
+    ours = quantization.quantize(_model(tie_embeddings=tie), "int8")
+    assert _quantized_layers(ours) == _quantized_layers(theirs)
+    assert [v.path for v in ours.weights] == [v.path for v in theirs.weights]
+    for mine, keras_own in zip(ours.weights, theirs.weights):
+        np.testing.assert_array_equal(to_numpy(mine), to_numpy(keras_own), err_msg=mine.path)
+    ours.save(tmp_path / "quantized.keras")
+    reloaded = keras.saving.load_model(tmp_path / "quantized.keras")
+    np.testing.assert_allclose(to_numpy(reloaded(INPUTS)), to_numpy(theirs(INPUTS)), atol=1e-6)
