@@ -19,15 +19,16 @@ AVX-512 and AMX"):
   matrices of several rows in AMX tiles: a greedy step of a quantized
   opus-mt-es-en-shaped model ran faster for a lone sentence decoded in 4
   rows than in one; at the README model's width (128) 4 rows were slower.
-  On one without AMX (AVX-512 VNNI, or AVX2 alone), YNNPACK multiplies
-  two rows or more as int8, where XLA's own code widens one row's int8
-  weights to int32 (at NLLB-200's size, gigabytes held and a slower step:
-  "The output projection as the token matrix lies, weights mapped in
-  place", "A quantized lone sentence in two rows on AVX2"). So a quantized
-  program at least `AMX_INT8_WIDTH` wide decodes a lone sentence as enough
-  copies to give its products `AMX_INT8_ROWS` rows with AMX,
-  `AVX2_INT8_ROWS` with AVX2 (a beam has them already), the copies'
-  translations dropped.
+  On one without AMX, YNNPACK multiplies two rows or more as int8, where
+  XLA's own code widens one row's int8 weights to int32 (at NLLB-200's
+  size, gigabytes held and a slower step: "The output projection as the
+  token matrix lies, weights mapped in place"). With AVX-512 VNNI two rows
+  paid from opus-mt-es-en's width (512); with AVX2 alone, from NLLB-200's
+  (1,024; at 512 one row was faster: "On a CPU without AVX-512"). So a
+  quantized program at least `AMX_INT8_WIDTH` wide decodes a lone sentence
+  as enough copies to give its products `AMX_INT8_ROWS` rows with AMX,
+  `INT8_ROWS` with VNNI, and at least `AVX2_INT8_WIDTH` wide `INT8_ROWS`
+  with AVX2 (a beam has them already), the copies' translations dropped.
 
 A JAX whose XLA does not know the option compiles as it would without it.
 """
@@ -45,9 +46,11 @@ AMX_INT8_ROWS = 4
 # Rows a quantized product needs on an x86 CPU without AMX (AVX2, AVX-512 VNNI): from two on YNNPACK multiplies
 # int8 as int8; one row is XLA's own code, which widens the int8 weights to int32 (a gigabyte at NLLB-200's
 # vocabulary).
-AVX2_INT8_ROWS = 2
+INT8_ROWS = 2
 # The narrowest model whose lone sentence gets those rows (with AMX, 512 wide gained and 128 lost).
 AMX_INT8_WIDTH = 512
+# With AVX2 and no VNNI: the narrowest that gets `INT8_ROWS` (at 512 wide one row was faster, at 1,024 two).
+AVX2_INT8_WIDTH = 1024
 
 
 def is_quantized(weights):
@@ -122,7 +125,8 @@ def lone_sentence_rows(weights, beam_width=1, flags=None):
     Returns:
         int: for a quantized program at least `AMX_INT8_WIDTH` wide, the
         fewest sentences whose rows reach `AMX_INT8_ROWS` on a CPU with
-        `amx_int8`, `AVX2_INT8_ROWS` on one with `avx2`; else 1.
+        `amx_int8`, `INT8_ROWS` on one with `avx512_vnni`, and on one with
+        `avx2` alone if at least `AVX2_INT8_WIDTH` wide; else 1.
 
     Example:
 
@@ -130,16 +134,21 @@ def lone_sentence_rows(weights, beam_width=1, flags=None):
     >>> lone_sentence_rows(int8, 1, {"amx_int8"}), lone_sentence_rows(int8, 4, {"amx_int8"})
     (4, 1)
     >>> lone_sentence_rows(int8, 1, {"avx2", "avx512_vnni"}), lone_sentence_rows(int8, 1, {"avx2"})
-    (2, 2)
-    >>> lone_sentence_rows(int8, 1, {"sse4_2"})
-    1
+    (2, 1)
+    >>> lone_sentence_rows([np.zeros((1024, 4096), np.int8)], 1, {"avx2"})
+    2
     >>> lone_sentence_rows([np.zeros((128, 512), np.int8)], 1, {"amx_int8"})
     1
     """
     flags = cpu_flags() if flags is None else flags
     if not is_quantized(weights) or model_width(weights) < AMX_INT8_WIDTH:
         return 1
-    rows = AMX_INT8_ROWS if "amx_int8" in flags else AVX2_INT8_ROWS if "avx2" in flags else 1
+    if "amx_int8" in flags:
+        rows = AMX_INT8_ROWS
+    elif "avx512_vnni" in flags or ("avx2" in flags and model_width(weights) >= AVX2_INT8_WIDTH):
+        rows = INT8_ROWS
+    else:
+        rows = 1
     return max(1, -(-rows // int(beam_width)))
 
 

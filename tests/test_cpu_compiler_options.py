@@ -62,8 +62,10 @@ def test_a_quantized_lone_sentence_takes_several_rows_only_where_the_cpu_multipl
     vnni = amx - {"amx_tile", "amx_int8"}  # YNNPACK multiplies two rows or more as int8; one row is widened
     assert lone_sentence_rows(int8, 1, vnni) == 2
     assert lone_sentence_rows(int8, 2, vnni) == 1
-    assert lone_sentence_rows(int8, 1, WITHOUT_AVX512) == 2  # AVX2 alone: YNNPACK's int8 product all the same
-    assert lone_sentence_rows(int8, 1, WITHOUT_AVX512 - {"avx2"}) == 1
+    assert lone_sentence_rows(int8, 1, WITHOUT_AVX512) == 1  # AVX2 alone at 512 wide: one row was the faster
+    nllb = [np.zeros((256206, 1024), np.float32), np.zeros((1024, 4096), np.int8)]
+    assert lone_sentence_rows(nllb, 1, WITHOUT_AVX512) == 2  # at 1,024 wide two rows were
+    assert lone_sentence_rows(nllb, 1, WITHOUT_AVX512 - {"avx2"}) == 1
     assert lone_sentence_rows(narrow, 1, vnni) == 1
     assert lone_sentence_rows(float32, 1, amx) == 1
     assert lone_sentence_rows(narrow, 1, amx) == 1
