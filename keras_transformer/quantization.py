@@ -18,7 +18,7 @@ import numpy as np
 
 #: The modes the command line offers (`--quantize`).
 MODES = ("int8", "int4")
-#: Rows of a token matrix `RowBlockAbsMaxQuantizer` quantizes at a time (64 MB of float32 at 1,024 wide).
+#: Rows of a token matrix `RowBlockAbsMaxQuantizer` quantizes at a time.
 ROWS_PER_BLOCK = 16384
 
 
@@ -63,10 +63,10 @@ class RowBlockAbsMaxQuantizer(keras.quantizers.AbsMaxQuantizer):
     """Keras' `AbsMaxQuantizer` of a matrix by rows, `ROWS_PER_BLOCK` rows at a time: the same values.
 
     Keras' NumPy path quantizes a whole matrix at once and holds four float
-    copies of it meanwhile (4 GB at NLLB-200's 256,206 x 1,024 token matrix,
-    beside the model's own float weights); a block's copies are those of
-    its rows. `quantize` gives it to token embeddings; other matrices are
-    quantized over other axes, by Keras' own.
+    copies of it meanwhile, beside the model's own float weights (gigabytes
+    at NLLB-200's vocabulary); a block's copies are those of its rows.
+    `quantize` gives it to token embeddings; other matrices are quantized
+    over other axes, by Keras' own.
 
     Example:
 
@@ -85,15 +85,13 @@ class RowBlockAbsMaxQuantizer(keras.quantizers.AbsMaxQuantizer):
         if not to_numpy or len(x.shape) != 2 or axis not in ((-1,), (1,)):
             return super().__call__(x, axis=axis, to_numpy=to_numpy)
         low, high = self.value_range
-        outputs = np.empty(tuple(x.shape), self.output_dtype)
-        scales = np.empty((x.shape[0], 1), keras.backend.standardize_dtype(x.dtype))
+        outputs, scales = np.empty(tuple(x.shape), self.output_dtype), []
         for start in range(0, x.shape[0], ROWS_PER_BLOCK):
             rows = keras.ops.convert_to_numpy(x[start : start + ROWS_PER_BLOCK])
-            # As Keras' `abs_max_quantize(..., to_numpy=True)`, operation for operation.
-            scale = np.divide(high, np.add(np.max(np.abs(rows), axis=-1, keepdims=True), self.epsilon))
-            outputs[start : start + len(rows)] = np.clip(np.round(np.multiply(rows, scale)), low, high)
-            scales[start : start + len(rows)] = scale
-        return keras.ops.convert_to_tensor(outputs), keras.ops.convert_to_tensor(scales)
+            # As Keras' `abs_max_quantize(..., to_numpy=True)`, operation for operation, in its dtypes.
+            scales.append(np.divide(high, np.add(np.max(np.abs(rows), axis=-1, keepdims=True), self.epsilon)))
+            outputs[start : start + len(rows)] = np.clip(np.round(np.multiply(rows, scales[-1])), low, high)
+        return keras.ops.convert_to_tensor(outputs), keras.ops.convert_to_tensor(np.concatenate(scales))
 
 
 @contextlib.contextmanager

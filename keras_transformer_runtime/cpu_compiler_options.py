@@ -23,8 +23,8 @@ AVX-512 and AMX"):
   XLA's own code widens one row's int8 weights to int32 (at NLLB-200's
   size, gigabytes held and a slower step: "The output projection as the
   token matrix lies, weights mapped in place"). With AVX-512 VNNI two rows
-  paid from opus-mt-es-en's width (512); with AVX2 alone, from NLLB-200's
-  (1,024; at 512 one row was faster: "On a CPU without AVX-512"). So a
+  pay from opus-mt-es-en's width (512); with AVX2 alone only from
+  NLLB-200's (1,024: "On a CPU without AVX-512"). So a
   quantized program at least `AMX_INT8_WIDTH` wide decodes a lone sentence
   as enough copies to give its products `AMX_INT8_ROWS` rows with AMX,
   `INT8_ROWS` with VNNI, and at least `AVX2_INT8_WIDTH` wide `INT8_ROWS`
@@ -49,7 +49,7 @@ AMX_INT8_ROWS = 4
 INT8_ROWS = 2
 # The narrowest model whose lone sentence gets those rows (with AMX, 512 wide gained and 128 lost).
 AMX_INT8_WIDTH = 512
-# With AVX2 and no VNNI: the narrowest that gets `INT8_ROWS` (at 512 wide one row was faster, at 1,024 two).
+# With AVX2 and no VNNI: the narrowest model that gets `INT8_ROWS` (narrower ones decode faster in one row).
 AVX2_INT8_WIDTH = 1024
 
 

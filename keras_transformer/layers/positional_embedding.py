@@ -392,9 +392,9 @@ class PositionalEmbedding(keras.layers.Layer):
         one, transposed once, `(d_model, vocabulary_size)`, as XLA's own CPU
         code (which runs such models' programs on some CPUs) multiplies
         several rows by it far faster (benchmarks/findings/decoding.md,
-        "The output projection as the token matrix lies"; "... transposed
-        for a narrow model"). None where Keras' quantized projection must
-        run instead (a quantized token matrix).
+        "The output projection as the token matrix lies"; "On a CPU without
+        AVX-512"). None where Keras' quantized projection must run instead
+        (a quantized token matrix).
 
         Returns:
             A tensor in the projection's dtype, or None.
