@@ -146,15 +146,15 @@ def search_tensors(decoder, encoder_tokens, choice, max_new_tokens, stop_at_end=
         grow_caches = choice.width > 1
     phased = bool(grow_caches) and hasattr(decoder, "grow")
     phases = cache_phases(max_new_tokens) if phased else (max_new_tokens,)
+    # Caches as long as the search, not the model's positions: every step reads its caches whole.
     if phased:
         # A CachedDecoder encodes each source once for its `width` hypotheses.
-        decoder_state = decoder.start(
-            encoder_tokens, cache_length=phases[0] if len(phases) > 1 else None, copies=choice.width, **recording
-        )
+        decoder_state = decoder.start(encoder_tokens, cache_length=phases[0], copies=choice.width, **recording)
     else:
         if choice.width > 1:
             encoder_tokens = ops.repeat(encoder_tokens, choice.width, axis=0)
-        decoder_state = decoder.start(encoder_tokens, **recording)
+        sized = {"cache_length": max_new_tokens} if hasattr(decoder, "grow") else {}
+        decoder_state = decoder.start(encoder_tokens, **sized, **recording)
     forbidden = forbidden_token_ids(decoder)
     pools_row_values = getattr(choice, "pools_row_values", False)
 
