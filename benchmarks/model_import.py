@@ -52,8 +52,11 @@ SHAPES = {
     "tiny-marian": ("marian", dict(d_model=16, encoder_layers=1, decoder_layers=1, heads=2, ffn_dim=32,
                                    max_position_embeddings=64, vocabulary_size=300, target_vocabulary_size=250,
                                    separate_vocabularies=True)),
-    "nllb-600m": ("nllb", dict(d_model=1024, layers=12, heads=16, ffn=4096, vocabulary_size=256206)),
-    "tiny-nllb": ("nllb", dict(d_model=32, layers=2, heads=4, ffn=64, vocabulary_size=1000)),
+    "nllb-600m": ("nllb", dict(d_model=1024, layers=12, heads=16, ffn=4096, vocabulary_size=256206,
+                               max_positions=1024)),
+    "nllb-1.3b": ("nllb", dict(d_model=1024, layers=24, heads=16, ffn=8192, vocabulary_size=256206,
+                               max_positions=1024)),
+    "tiny-nllb": ("nllb", dict(d_model=32, layers=2, heads=4, ffn=64, vocabulary_size=1000, max_positions=256)),
 }
 MAX_NEW_TOKENS = {"marian": 24, "nllb": 32}
 LANGUAGES = {"marian": {}, "nllb": {"source_language": "spa_Latn", "target_language": "eng_Latn"}}

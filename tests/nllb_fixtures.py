@@ -74,7 +74,7 @@ def make_m2m100_tokenizer(folder, pieces=120):
 
 
 def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extra_rows=2, init_std=0.5, eos_scale=2.5,
-                     make_tokenizer=make_nllb_tokenizer):
+                     make_tokenizer=make_nllb_tokenizer, max_positions=64):
     """Saves a small random `M2M100ForConditionalGeneration` with an NLLB tokenizer (or `make_tokenizer`'s) in `folder`.
 
     Every bias and LayerNorm parameter is random (transformers starts them
@@ -91,7 +91,7 @@ def make_nllb_folder(folder, d_model=16, layers=2, heads=2, ffn=32, seed=0, extr
     tokenizer = make_tokenizer(folder)
     config = M2M100Config(vocab_size=len(tokenizer) + extra_rows, d_model=d_model, encoder_layers=layers,
                           decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
-                          encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=64, dropout=0.0,
+                          encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=max_positions, dropout=0.0,
                           attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
                           decoder_layerdrop=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                           decoder_start_token_id=2, scale_embedding=True, tie_word_embeddings=True, init_std=init_std)

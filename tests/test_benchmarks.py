@@ -492,3 +492,26 @@ def test_the_import_benchmark_finds_transformers_logits_and_greedy_tokens_on_its
         assert figures["export_marian_max_abs_logit_difference"] < 1e-4 * figures["largest_abs_logit"]
         assert {figures[key] for key in figures if key.endswith(("_identical", "_ids"))} == {sentences}
     assert f"--shape {shape}" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.benchmark_scripts
+@pytest.mark.backend_independent
+def test_the_cpu_table_has_every_system_decode_the_same_tokens_in_fresh_processes(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    from benchmarks import cpu_table
+
+    cpu_table.main(["--shapes", "tiny-nllb", "--sentences", "2", "--beams", "1", "4", "--max-new-tokens", "6",
+                    "--repeats", "1", "--out", str(tmp_path)])
+    cells = json.loads((tmp_path / "results.json").read_text())["cells"]
+    assert [(cell["beam"], cell["system"]) for cell in cells] == [
+        (beam, system) for beam in (1, 4) for system in cpu_table.SYSTEMS]
+    for cell in cells:
+        assert 0 <= cell["decoding_s"] < cell["wall_s"] and cell["peak_mb"] > 0
+    # One model, one greedy search: float32 systems write transformers' translations, token for token.
+    greedy = {cell["system"]: cell for cell in cells if cell["beam"] == 1}
+    for system in ("float32", "CTranslate2 float32", "transformers"):
+        assert greedy[system]["same_translations_as_transformers"] == 2
+        assert greedy[system]["tokens"] == greedy["transformers"]["tokens"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| tiny-nllb | 2 | greedy |" in table and "| tiny-nllb | 2 | beam 4 |" in table
