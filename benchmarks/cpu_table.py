@@ -5,8 +5,8 @@ For each shape (`nllb-600m`, NLLB-200-distilled-600M's; `nllb-1.3b`, NLLB-200-1.
 `tiny-nllb`: a smoke test), each number of sentences (the bundled corpus' first Spanish verses) and each
 search (greedy, beam 4), every system translates in a fresh process as its users run it, Spanish to
 English, `--max-new-tokens` tokens after the target's language code (random weights: most sentences run
-to the limit; each cell's `tokens` counts its translations' tokens, each system's re-encoded by the one
-tokenizer, and how many are transformers' own):
+to the limit; CTranslate2's and transformers' cells count the tokens their best hypotheses hold, this
+package's `translate` prints text only, and each cell counts the translations equal to transformers'):
 
 - `keras-transformer translate` on the imported run, float32 and `--quantize int8`, the second call (a
   first, untimed, writes the program), with the cap on run-away output off as the others have none; its
@@ -45,7 +45,7 @@ LANGUAGES = ("spa_Latn", "eng_Latn")
 SYSTEMS = ("float32", "int8", "CTranslate2 float32", "CTranslate2 int8", "transformers")
 _CORPUS = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer" / "data" / "bible_es_en.tsv.gz"
 
-# Each prints its translations, one JSON string a line, then its load and decoding seconds.
+# Each prints its translations, one JSON string a line, then its load and decoding seconds and the tokens written.
 _CTRANSLATE2 = """
 import json, os, sys, time
 start = time.perf_counter()
@@ -63,7 +63,8 @@ results = translator.translate_batch(pieces, target_prefix=[[target]] * len(line
 texts = [tokenizer.decode(tokenizer.convert_tokens_to_ids(result.hypotheses[0][1:]), skip_special_tokens=True)
          for result in results]
 decoding = time.perf_counter() - start
-print(*map(json.dumps, texts), loaded, decoding, sep="\\n")
+print(*map(json.dumps, texts), loaded, decoding, sum(len(result.hypotheses[0]) - 1 for result in results),
+      sep="\\n")
 """
 _TRANSFORMERS = """
 import json, sys, time
@@ -82,7 +83,9 @@ with torch.no_grad():
                           forced_bos_token_id=tokenizer.convert_tokens_to_ids(target))
 texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
 decoding = time.perf_counter() - start
-print(*map(json.dumps, texts), loaded, decoding, sep="\\n")
+# Each row: the start token, the language code, then the tokens, </s> and padding after an early end.
+written = ~torch.isin(rows[:, 2:], torch.tensor([model.config.pad_token_id, model.config.eos_token_id]))
+print(*map(json.dumps, texts), loaded, decoding, int(written.sum()), sep="\\n")
 """
 
 
@@ -125,15 +128,15 @@ def system_command(system, paths, sentences_file, texts, beam, limit):
             *LANGUAGES]
 
 
-def measure_once(system, argv, env, count_tokens):
-    """One fresh process: its wall, decoding seconds, peak MB and its translations' tokens (`count_tokens`)."""
+def measure_once(system, argv, env):
+    """One fresh process: its wall, decoding seconds, peak MB, tokens written (None: not told) and texts."""
     wall, peak, stdout, stderr = run_process(argv, env)
     lines = stdout.splitlines()
     if system in ("float32", "int8"):
-        texts, decoding = lines, phases_of(stderr)["work"]
+        texts, decoding, tokens = lines, phases_of(stderr)["work"], None
     else:
-        texts, decoding = [json.loads(line) for line in lines[:-2]], float(lines[-1])
-    return {"wall_s": wall, "decoding_s": decoding, "peak_mb": peak, "tokens": count_tokens(texts), "texts": texts}
+        texts, decoding, tokens = [json.loads(line) for line in lines[:-3]], float(lines[-2]), int(lines[-1])
+    return {"wall_s": wall, "decoding_s": decoding, "peak_mb": peak, "tokens": tokens, "texts": texts}
 
 
 def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
@@ -142,12 +145,6 @@ def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
     cells = []
     for shape in shapes:
         paths = prepare(work, shape)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(paths["folder"]), local_files_only=True)
-
-        def count_tokens(texts):
-            return sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
         for count in counts:
             texts = spanish_sentences(count)
             sentences_file = work / f"sentences-{count}.txt"
@@ -160,7 +157,7 @@ def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
                 runs = {system: [] for system in SYSTEMS}
                 for _ in range(repeats if count == 1 else bulk_repeats):
                     for system in SYSTEMS:
-                        runs[system].append(measure_once(system, argvs[system], env, count_tokens))
+                        runs[system].append(measure_once(system, argvs[system], env))
                         print(shape, count, beam, system, {key: value for key, value in runs[system][-1].items()
                                                            if key != "texts"}, flush=True)
                 theirs = runs["transformers"][0]["texts"]
@@ -169,7 +166,8 @@ def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
                     cells.append({"shape": shape, "sentences": count, "beam": beam, "system": system,
                                   "same_translations_as_transformers": sum(map(str.__eq__, texts, theirs)),
                                   **{key: statistics.median(run[key] for run in runs[system])
-                                     for key in runs[system][0]}, "runs": runs[system]})
+                                     for key in ("wall_s", "decoding_s", "peak_mb")},
+                                  "tokens": runs[system][0]["tokens"], "runs": runs[system]})
     return cells
 
 

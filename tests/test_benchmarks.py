@@ -512,6 +512,7 @@ def test_the_cpu_table_has_every_system_decode_the_same_tokens_in_fresh_processe
     greedy = {cell["system"]: cell for cell in cells if cell["beam"] == 1}
     for system in ("float32", "CTranslate2 float32", "transformers"):
         assert greedy[system]["same_translations_as_transformers"] == 2
-        assert greedy[system]["tokens"] == greedy["transformers"]["tokens"]
+    assert 0 < greedy["CTranslate2 float32"]["tokens"] == greedy["transformers"]["tokens"] <= 2 * 6
+    assert greedy["float32"]["tokens"] is None  # translate prints text only
     table = (tmp_path / "results.md").read_text()
     assert "| tiny-nllb | 2 | greedy |" in table and "| tiny-nllb | 2 | beam 4 |" in table
