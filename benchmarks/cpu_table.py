@@ -22,7 +22,8 @@ more than one sentence), each round one system after another.
     python -m benchmarks.cpu_table --out benchmarks/results/cpu-nllb-table
     python -m benchmarks.cpu_table --shapes tiny-nllb --sentences 1 3 --repeats 1 --out /tmp/t  # a smoke test
 
-Writes `results.json` (every run) and `results.md` (the table) to `--out`.
+Writes `results.json` (every run) and `results.md` (the table) to `--out` after each row: an interrupted run
+keeps the rows it finished.
 """
 
 import argparse
@@ -128,19 +129,24 @@ def system_command(system, paths, sentences_file, texts, beam, limit):
             *LANGUAGES]
 
 
-def measure_once(system, argv, env):
+def measure_once(system, argv, env, sentences):
     """One fresh process: its wall, decoding seconds, peak MB, tokens written (None: not told) and texts."""
     wall, peak, stdout, stderr = run_process(argv, env)
     lines = stdout.splitlines()
     if system in ("float32", "int8"):
         texts, decoding, tokens = lines, phases_of(stderr)["work"], None
+        if len(texts) != sentences:
+            raise RuntimeError(f"{system}: {len(texts)} of {sentences} translations printed: {stderr[-2000:]}")
     else:
         texts, decoding, tokens = [json.loads(line) for line in lines[:-3]], float(lines[-2]), int(lines[-1])
     return {"wall_s": wall, "decoding_s": decoding, "peak_mb": peak, "tokens": tokens, "texts": texts}
 
 
-def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
-    """Every cell: `{shape, sentences, beam, system, runs: [...]}` a list, rounds in turn (see the module)."""
+def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats, done=lambda cells: None):
+    """Every cell: `{shape, sentences, beam, system, runs: [...]}` a list, rounds in turn (see the module).
+
+    `done(cells)` is called with the cells so far after each row, so an interrupted run keeps them.
+    """
     env = dict(os.environ, KERAS_BACKEND="jax", KERAS_TRANSFORMER_CACHE_DIR=str(work / "cache"))
     cells = []
     for shape in shapes:
@@ -157,23 +163,25 @@ def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats):
                 runs = {system: [] for system in SYSTEMS}
                 for _ in range(repeats if count == 1 else bulk_repeats):
                     for system in SYSTEMS:
-                        runs[system].append(measure_once(system, argvs[system], env))
+                        runs[system].append(measure_once(system, argvs[system], env, count))
                         print(shape, count, beam, system, {key: value for key, value in runs[system][-1].items()
                                                            if key != "texts"}, flush=True)
                 theirs = runs["transformers"][0]["texts"]
                 for system in SYSTEMS:
-                    texts = [run.pop("texts") for run in runs[system]][0]
+                    translations = [run.pop("texts") for run in runs[system]][0]
                     cells.append({"shape": shape, "sentences": count, "beam": beam, "system": system,
-                                  "same_translations_as_transformers": sum(map(str.__eq__, texts, theirs)),
+                                  "same_translations_as_transformers": sum(map(str.__eq__, translations, theirs)),
                                   **{key: statistics.median(run[key] for run in runs[system])
                                      for key in ("wall_s", "decoding_s", "peak_mb")},
                                   "tokens": runs[system][0]["tokens"], "runs": runs[system]})
+                done(cells)
     return cells
 
 
 def table(cells):
     """The Markdown table: a row a shape, sentences and search; wall / decoding / peak GB a system."""
-    lines = ["| shape | sentences | search | " + " | ".join(SYSTEMS) + " |", "|---|---:|---|" + "---:|" * len(SYSTEMS)]
+    names = [f"keras-transformer {name}" if name in ("float32", "int8") else name for name in SYSTEMS]
+    lines = ["| shape | sentences | search | " + " | ".join(names) + " |", "|---|---:|---|" + "---:|" * len(SYSTEMS)]
     for key in dict.fromkeys((cell["shape"], cell["sentences"], cell["beam"]) for cell in cells):
         row = {cell["system"]: cell for cell in cells if (cell["shape"], cell["sentences"], cell["beam"]) == key}
         search = "greedy" if key[2] == 1 else f"beam {key[2]}"
@@ -199,19 +207,27 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    command = "python -m benchmarks.cpu_table " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    def write(cells):
+        figures = {"command": command, "cpu": cpu_name(), "cores": os.cpu_count(), "cells": cells,
+                   "benchmark_wall_seconds": round(time.perf_counter() - start, 1)}
+        write_results(out, figures, args.max_new_tokens)
+
     with tempfile.TemporaryDirectory() as temporary:
         work = pathlib.Path(args.work or temporary)
         work.mkdir(parents=True, exist_ok=True)
-        cells = measure(work, args.shapes, args.sentences, args.beams, args.max_new_tokens, args.repeats,
-                        args.bulk_repeats)
-    command = "python -m benchmarks.cpu_table " + " ".join(argv if argv is not None else sys.argv[1:])
-    figures = {"command": command, "cpu": cpu_name(), "cores": os.cpu_count(), "cells": cells,
-               "benchmark_wall_seconds": round(time.perf_counter() - start, 1)}
+        measure(work, args.shapes, args.sentences, args.beams, args.max_new_tokens, args.repeats,
+                args.bulk_repeats, done=write)
+
+
+def write_results(out, figures, max_new_tokens):
+    """`results.json` (every run) and `results.md` (the table) in `out`, as the rows measured so far."""
     (out / "results.json").write_text(json.dumps(figures, indent=2, ensure_ascii=False, default=str) + "\n")
     lines = ["# NLLB-200's shapes on a CPU, side by side", "",
-             f"`{command}` on {figures['cpu']}; each cell: the whole process' wall / "
-             f"its decoding / its peak resident memory, medians; {args.max_new_tokens} tokens after the language "
-             "code a sentence.", "", *table(cells)]
+             f"`{figures['command']}` on {figures['cpu']}; each cell: the whole process' wall / "
+             f"its decoding / its peak resident memory, medians; {max_new_tokens} tokens after the language "
+             "code a sentence.", "", *table(figures["cells"])]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

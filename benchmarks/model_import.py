@@ -6,7 +6,8 @@ tokens shared by both sides, d_model 512, 6 + 6 layers, 8 heads, feed-forward 2,
 Tatoeba-Challenge `MarianMTModel` whose target has a table of its own (34,000 + 32,000 ids, d_model 1,024,
 6 + 6 layers, 16 heads, feed-forward 4,096); `nllb-600m`, NLLB-200-distilled-600M's
 `M2M100ForConditionalGeneration` (256,206 tokens, d_model 1,024, 12 + 12 layers, 16 heads, feed-forward
-4,096, ReLU; a small BPE tokenizer with NLLB's 202 language codes); `tiny-marian` (tables of their own) and
+4,096, ReLU; a small BPE tokenizer with NLLB's 202 language codes; 1,024 positions as NLLB's); `nllb-1.3b`,
+NLLB-200-1.3B's (24 + 24 layers, feed-forward 8,192, otherwise as `nllb-600m`); `tiny-marian` (tables of their own) and
 `tiny-nllb`, the same steps on a few thousand parameters (a smoke test).
 
 Then, each in a fresh process as a user runs it (wall time and its own peak resident memory,
@@ -282,7 +283,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=list(SHAPES), required=True,
                         help="opus-mt (opus-mt-es-en's), tc-big (Tatoeba-Challenge, a target table of its own), "
-                             "nllb-600m (NLLB-200-distilled-600M's); tiny-marian and tiny-nllb: a smoke test of "
+                             "nllb-600m (NLLB-200-distilled-600M's), nllb-1.3b (NLLB-200-1.3B's); tiny-marian and "
+                             "tiny-nllb: a smoke test of "
                              "the same steps on a model of a few thousand parameters")
     parser.add_argument("--out", required=True, help="folder for results.json and results.md")
     args = parser.parse_args(argv)

@@ -496,11 +496,14 @@ def test_the_import_benchmark_finds_transformers_logits_and_greedy_tokens_on_its
 
 @pytest.mark.benchmark_scripts
 @pytest.mark.backend_independent
-def test_the_cpu_table_has_every_system_decode_the_same_tokens_in_fresh_processes(tmp_path):
+def test_the_cpu_table_has_every_system_decode_the_same_tokens_in_fresh_processes(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     pytest.importorskip("ctranslate2")
     from benchmarks import cpu_table
 
+    commands = []
+    plain_run = cpu_table.run_process
+    monkeypatch.setattr(cpu_table, "run_process", lambda argv, env=None: commands.append(argv) or plain_run(argv, env))
     cpu_table.main(["--shapes", "tiny-nllb", "--sentences", "2", "--beams", "1", "4", "--max-new-tokens", "6",
                     "--repeats", "1", "--out", str(tmp_path)])
     cells = json.loads((tmp_path / "results.json").read_text())["cells"]
@@ -514,5 +517,9 @@ def test_the_cpu_table_has_every_system_decode_the_same_tokens_in_fresh_processe
         assert greedy[system]["same_translations_as_transformers"] == 2
     assert 0 < greedy["CTranslate2 float32"]["tokens"] == greedy["transformers"]["tokens"] <= 2 * 6
     assert greedy["float32"]["tokens"] is None  # translate prints text only
+    # Every call of this package's translate, in every cell, is handed the sentences themselves.
+    translate_calls = [argv for argv in commands if "translate" in argv]
+    assert len(translate_calls) == 2 * 2 * 2  # (warm-up + timed) x (float32, int8) x (greedy, beam 4)
+    assert all(argv[-2:] == cpu_table.spanish_sentences(2) for argv in translate_calls)
     table = (tmp_path / "results.md").read_text()
     assert "| tiny-nllb | 2 | greedy |" in table and "| tiny-nllb | 2 | beam 4 |" in table
