@@ -179,14 +179,14 @@ def measure(work, shapes, counts, beams, limit, repeats, bulk_repeats, done=lamb
 
 
 def table(cells):
-    """The Markdown table: a row a shape, sentences and search; wall / decoding / peak GB a system."""
+    """The Markdown table: a row a shape, sentences and search; wall / decoding / peak GiB a system."""
     names = [f"keras-transformer {name}" if name in ("float32", "int8") else name for name in SYSTEMS]
     lines = ["| shape | sentences | search | " + " | ".join(names) + " |", "|---|---:|---|" + "---:|" * len(SYSTEMS)]
     for key in dict.fromkeys((cell["shape"], cell["sentences"], cell["beam"]) for cell in cells):
         row = {cell["system"]: cell for cell in cells if (cell["shape"], cell["sentences"], cell["beam"]) == key}
         search = "greedy" if key[2] == 1 else f"beam {key[2]}"
         lines.append(f"| {key[0]} | {key[1]} | {search} | " + " | ".join(
-            f"{row[name]['wall_s']:.2f} / {row[name]['decoding_s']:.2f} s / {row[name]['peak_mb'] / 1024:.2f} GB"
+            f"{row[name]['wall_s']:.2f} / {row[name]['decoding_s']:.2f} s / {row[name]['peak_mb'] / 1024:.2f} GiB"
             for name in SYSTEMS) + " |")
     return lines
 
