@@ -209,28 +209,34 @@ def test_beam_search_whose_caches_grow_gives_the_host_loops_tokens(model, jit_co
 @pytest.mark.parametrize("width", [1, 3])
 def test_a_short_search_keeps_caches_of_its_own_length_not_the_models_positions(model, grow_caches, width):
     # Every step reads its self-attention caches whole: a search of 5 tokens on a model of 24 positions
-    # keeps 5, and gives the tokens of the host loop, whose caches have the model's positions.
+    # keeps 5, and gives the tokens of the same search on caches of the model's positions.
     from keras_transformer.decoding import sampler
     from keras_transformer.decoding.choices import BeamChoice
     from keras_transformer.decoding.choices import GreedyChoice
 
-    decoder = CachedDecoder(model)
-    lengths = []
-    plain_start = decoder.start
+    def search(cache_length=None):
+        decoder, lengths = CachedDecoder(model), []
+        plain_start = decoder.start
 
-    def start(*args, **kwargs):
-        state = plain_start(*args, **kwargs)
-        lengths.extend(int(keys.shape[2]) for keys, _ in state.caches)
-        return state
+        def start(*args, **kwargs):
+            state = plain_start(*args, **{**kwargs, **({"cache_length": cache_length} if cache_length else {})})
+            lengths.extend(int(keys.shape[2]) for keys, _ in state.caches)
+            return state
 
-    decoder.start = start
-    choice = GreedyChoice() if width == 1 else BeamChoice(width, 0.6)
-    found, _ = sampler.search_tensors(decoder, keras.ops.convert_to_tensor(SOURCE), choice, 5, stop_at_end=False,
-                                      grow_caches=grow_caches)
-    assert decoder.max_length > 5 and lengths == [5] * len(decoder.decoder_layers)
-    expected = (greedy_search_uncached(model, SOURCE, max_new_tokens=5, stop_at_end=False) if width == 1
-                else _host_beam(CachedDecoder(model), SOURCE, width, 0.6, 5))
-    np.testing.assert_array_equal(to_numpy(found)[:, : expected.shape[1]], expected)
+        decoder.start = start
+        choice = GreedyChoice() if width == 1 else BeamChoice(width, 0.6)
+        found, _ = sampler.search_tensors(decoder, keras.ops.convert_to_tensor(SOURCE), choice, 5,
+                                          grow_caches=grow_caches)
+        return to_numpy(found), lengths, decoder.max_length
+
+    found, lengths, positions = search()
+    assert positions > 5 and lengths == [5, 5]  # one cache per decoder layer
+    on_all_positions, long_lengths, _ = search(cache_length=positions)
+    assert set(long_lengths) == {positions}
+    np.testing.assert_array_equal(found, on_all_positions)
+    if width == 1:
+        expected = greedy_search_uncached(model, SOURCE, max_new_tokens=5)
+        np.testing.assert_array_equal(found[:, : expected.shape[1]], expected)
 
 
 def test_greedy_search_whose_caches_grow_gives_the_plain_loops_tokens_and_attention(model, monkeypatch):
