@@ -175,6 +175,17 @@ def test_cached_decoding_with_values_wider_than_keys_equals_full_attention(input
     )
 
 
+def test_a_read_only_cache_with_padded_keys_equals_attention_without_the_cache(inputs, rng):
+    # A cache is read as it lies, heads before positions (`attention_over_cache`), masks and all.
+    layer = _attention()
+    source = inputs[:, :4]
+    mask = rng.random((BATCH, 4)) < 0.6
+    mask[0], mask[1, 0] = False, True  # a source with no visible key gives what the uncached layer gives
+    cached = layer(inputs, source, value_mask=mask, cache=layer.key_value_cache(source))[0]
+    np.testing.assert_allclose(to_numpy(cached), to_numpy(layer(inputs, source, value_mask=mask)), rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_a_stacked_cache_of_earlier_versions_is_refused_with_what_to_pass(inputs):
     layer = _attention()
     step = inputs[:, :1]

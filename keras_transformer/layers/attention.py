@@ -24,6 +24,7 @@ from keras_transformer.layers.attention_arguments import serialize_qkv_initializ
 from keras_transformer.layers.attention_cache import AttentionCache
 from keras_transformer.layers.attention_keras_compatibility import KerasAttentionCompatibility
 from keras_transformer.layers.attention_kernel import attention_mask_as_rank4
+from keras_transformer.layers.attention_kernel import attention_over_cache
 from keras_transformer.layers.attention_kernel import explicit_attention
 from keras_transformer.layers.attention_kernel import fused_attention
 from keras_transformer.layers.attention_kernel import fused_kernel_is_wrong
@@ -172,8 +173,7 @@ class MultiHeadAttention(AttentionProjections, AttentionCache, KerasAttentionCom
             `cache_index` and attention covers the cache up to them; without
             it the cache is read only (precomputed cross-attention,
             `key_value_cache`). Heads come before positions, the layout
-            the attention products read, so a compiled decoding step
-            copies no cache (`attention_kernel.heads_first`).
+            the attention products read (`attention_over_cache`).
         cache_index: int or scalar int tensor, position of the first query.
 
     Returns:
@@ -400,12 +400,8 @@ class MultiHeadAttention(AttentionProjections, AttentionCache, KerasAttentionCom
         cache=None,
         cache_index=None,
     ):
-        masks = {
-            "query_mask": query_mask,
-            "value_mask": value_mask,
-            "key_mask": key_mask,
-            "attention_mask": attention_mask,
-        }
+        masks = {"query_mask": query_mask, "value_mask": value_mask, "key_mask": key_mask,
+                 "attention_mask": attention_mask}
         key = value if key is None else key
         check_call_inputs(f"MultiHeadAttention {self.name!r}", getattr(self, "_input_widths", None),
                           query, value, key, masks, cache)
@@ -419,15 +415,16 @@ class MultiHeadAttention(AttentionProjections, AttentionCache, KerasAttentionCom
         if cache is not None:
             cache = tuple(ops.convert_to_tensor(part, dtype=self.compute_dtype) for part in cache)
         q, k, v = self._project_qkv(query, key, value, not read_only_cache)
+        over_cache = (cache is not None and not return_attention_scores and not (training and self.attention_dropout)
+                      and type(self)._compute_attention is MultiHeadAttention._compute_attention)
         if cache is not None:
             if cache_index is not None:
                 start = [0, 0, cache_index, 0]
                 cache = tuple(ops.slice_update(part, start, heads_first(new)) for part, new in zip(cache, (k, v)))
-            # Back to (batch, length, heads, head_dim) for the kernel: XLA
-            # folds this transpose into the attention products.
-            k, v = (heads_first(part) for part in cache)
-
-        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+            # Read as it lies (`attention_over_cache`): the kernel's layout would copy a decoding loop's
+            # cross-attention cache, transposed, at every step.
+            k, v = cache if over_cache else (heads_first(part) for part in cache)
+        query_length, key_length = ops.shape(q)[1], ops.shape(k)[2 if over_cache else 1]
         mask, fast_causal, answered = kernel_masks(
             query_length, key_length, query_mask, key_mask, attention_mask, use_causal_mask, cache_index,
             self._sliding_window,
@@ -437,10 +434,12 @@ class MultiHeadAttention(AttentionProjections, AttentionCache, KerasAttentionCom
             # with Keras' older signature) gets the causal mask as a tensor.
             mask, fast_causal = merge_attention_masks(query_length, key_length, use_causal_mask=True), False
         extra = {"use_causal_mask": True} if fast_causal else {}
-        outputs, scores = self._compute_attention(
-            q, k, v, attention_mask=mask, training=training, return_attention_scores=return_attention_scores,
-            **extra,
-        )
+        if over_cache:
+            outputs, scores = attention_over_cache(q, k, v, mask, fast_causal, self.scale), None
+        else:
+            outputs, scores = self._compute_attention(
+                q, k, v, attention_mask=mask, training=training, return_attention_scores=return_attention_scores,
+                **extra)
         if answered is not None:
             rows = ops.expand_dims(ops.transpose(answered, (0, 2, 1)), -1)  # (batch, query, heads, 1)
             outputs = ops.where(rows, outputs, ops.zeros_like(outputs))

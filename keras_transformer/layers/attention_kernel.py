@@ -268,11 +268,47 @@ def explicit_attention(q, k, v, mask, causal, scale, dropout):
     >>> keras.ops.convert_to_numpy(scores)[0, 0, 1].tolist()
     [0.5, 0.5, 0.0]
     """
-    logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32") * scale
+    return _softmax_attention(q, k, v, mask, causal, scale, dropout, "bsnh")
+
+
+def _softmax_attention(q, k, v, mask, causal, scale, dropout, key_axes):
+    """`explicit_attention` over keys and values whose axes `key_axes` names (`"bsnh"` or `"bnsh"`)."""
+    logits = ops.cast(ops.einsum(f"btnh,{key_axes}->bnts", q, k), "float32") * scale
     if causal:
-        mask = merge_attention_masks(ops.shape(q)[1], ops.shape(k)[1], use_causal_mask=True)
+        mask = merge_attention_masks(ops.shape(q)[1], ops.shape(k)[key_axes.index("s")], use_causal_mask=True)
     if mask is not None:
         logits = ops.where(mask, logits, MASKED_LOGIT)
     scores = ops.softmax(logits, axis=-1)
-    outputs = ops.einsum("bnts,bsnh->btnh", ops.cast(dropout(scores), v.dtype), v)
+    outputs = ops.einsum(f"bnts,{key_axes}->btnh", ops.cast(dropout(scores), v.dtype), v)
     return outputs, scores
+
+
+def attention_over_cache(q, keys, values, mask, causal, scale):
+    """Softmax attention over a KV cache as it lies, heads before positions, in float32.
+
+    A decoding step's attention read through `fused_attention` takes keys
+    and values `(batch, positions, heads, head_dim)`: the cache transposed
+    back, which XLA may copy whole at every step of a compiled loop (an
+    NLLB-200-sized cross-attention cache is megabytes a layer). These
+    products read the cache where it lies.
+
+    Args:
+        q: `(batch, query_length, num_heads, head_dim)`.
+        keys, values: `(batch, num_heads, key_length, head_dim)`, a cache
+            (`AttentionCache`).
+        mask: bool, broadcastable to `(batch, num_heads, query_length,
+            key_length)`, or None.
+        causal: bool, also hide later keys (`kernel_masks`' `fast_causal`).
+        scale: float, the logit scale.
+
+    Returns:
+        `(batch, query_length, num_heads, head_dim)`.
+
+    Example:
+
+    >>> x = keras.ops.ones((1, 3, 2, 4))
+    >>> cached = attention_over_cache(x, heads_first(x), heads_first(x), None, True, 0.5)
+    >>> bool(keras.ops.all(keras.ops.isclose(cached, fused_attention(x, x, x, None, True, 0.5, None))))
+    True
+    """
+    return _softmax_attention(q, keys, values, mask, causal, scale, lambda weights: weights, "bnsh")[0]
