@@ -378,7 +378,8 @@ def add_decoding_arguments(parser):
                              "no_repeat_ngram_size, else 0, for an imported one)")
     parser.add_argument("--batch-size", type=batch_size_value, default=BATCH_SIZE,
                         help="sentences decoded at once, in batches of similar lengths (default: auto: 8 when "
-                             "decoding compiles on a CPU, TensorFlow or JAX; else 64)")
+                             "decoding compiles on a CPU, TensorFlow or JAX (the compiled engine: 4 for beam search, "
+                             "16 for greedy search over a token matrix as large as NLLB-200's); else 64)")
 
 
 def add_engine_argument(parser):

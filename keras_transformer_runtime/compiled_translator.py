@@ -61,6 +61,11 @@ CPU_BEAM_BATCH_SIZE = 4
 # docs/measured.md).
 REFILL_SLOTS = 8
 REFILL_QUEUE_SIZE = 32
+# Greedy sentences a batch (`batch_size="auto"`) on a CPU for a model whose largest weight, its token matrix, has
+# at least `LARGE_VOCABULARY_ENTRIES` entries: every step reads that matrix whole (NLLB-200's 256,206 x 1,024),
+# so more rows a step share the read (benchmarks/findings/decoding.md, "A hundred sentences of NLLB-200's shape").
+LARGE_VOCABULARY_CPU_BATCH_SIZE = 16
+LARGE_VOCABULARY_ENTRIES = 2**26
 
 
 def engine_description():
@@ -113,7 +118,8 @@ class CompiledTranslator(TextTranslator):
         tokenizer: the run's `SentencePieceTokenizer`.
         max_length: the model's `max_length`.
         batch_size: `"auto"` or an int, as `Translator`'s; on a CPU `"auto"`
-            is 8 for greedy search and `CPU_BEAM_BATCH_SIZE` for beams.
+            is 8 for greedy search (`LARGE_VOCABULARY_CPU_BATCH_SIZE` for a
+            large token matrix) and `CPU_BEAM_BATCH_SIZE` for beams.
         beam_width: int, the program's beam width.
         n_best: None, or the hypotheses per source of an n-best program.
         cross_attention: bool, whether that program returns the cross-attention.
@@ -155,6 +161,9 @@ class CompiledTranslator(TextTranslator):
         on_accelerator = jax.default_backend() != "cpu"
         if batch_size == "auto" and beam_width > 1 and not on_accelerator:
             batch_size = CPU_BEAM_BATCH_SIZE
+        elif batch_size == "auto" and not on_accelerator and max(weight.size for weight in self._weights) >= (
+                LARGE_VOCABULARY_ENTRIES):
+            batch_size = LARGE_VOCABULARY_CPU_BATCH_SIZE
         self.batch_size = resolve_batch_size(batch_size, True, lambda: on_accelerator)
         self.parallel_batches = resolve_parallel_batches(parallel_batches, lambda: on_accelerator,
                                                          spare=ENGINE_SPARE_BATCHES)

@@ -226,3 +226,20 @@ def test_a_translate_whose_fast_paths_all_fall_back_gives_the_same_translations_
     assert [line.split(": ")[2].split(" (")[0] for line in fell_back] == [
         "weights uncopied", "backend check skipped", "fixed-shape program"], said.err[-3000:]
     assert all(line.startswith("keras-transformer: fast path fell back: ") for line in fell_back)
+
+
+def test_greedy_batches_on_a_cpu_hold_more_sentences_where_every_step_reads_a_large_token_matrix(program_in_cache,
+                                                                                                 monkeypatch):
+    from keras_transformer_runtime import compiled_translator
+    from keras_transformer_runtime.text_translator import COMPILED_CPU_BATCH_SIZE
+
+    _, _, program, weights = program_in_cache
+    largest = max(weight.size for weight in weights)
+
+    def auto_batch_size(large_entries, beam_width=1):
+        monkeypatch.setattr(compiled_translator, "LARGE_VOCABULARY_ENTRIES", large_entries)
+        return CompiledTranslator(program, weights, None, 8, beam_width=beam_width).batch_size
+
+    assert auto_batch_size(largest) == compiled_translator.LARGE_VOCABULARY_CPU_BATCH_SIZE > COMPILED_CPU_BATCH_SIZE
+    assert auto_batch_size(largest + 1) == COMPILED_CPU_BATCH_SIZE
+    assert auto_batch_size(largest, beam_width=4) == compiled_translator.CPU_BEAM_BATCH_SIZE
