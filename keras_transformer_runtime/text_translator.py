@@ -21,8 +21,13 @@ from keras_transformer_runtime.alignment import ALIGNMENT_LAYER
 from keras_transformer_runtime.alignment import alignment_links
 from keras_transformer_runtime.alignment import check_layer
 from keras_transformer_runtime.alignment import layer_weights
-from keras_transformer_runtime.batch_threads import in_order
+from keras_transformer_runtime.batch_buckets import SMALLEST_BATCH
+from keras_transformer_runtime.batch_buckets import SOURCE_BUCKET  # noqa: F401 (where callers import it from)
+from keras_transformer_runtime.batch_buckets import next_bucket
+from keras_transformer_runtime.batch_buckets import source_width
+from keras_transformer_runtime.batch_buckets import source_widths
 from keras_transformer_runtime.batch_threads import call_parts
+from keras_transformer_runtime.batch_threads import in_order
 from keras_transformer_runtime.documents import paragraphs
 from keras_transformer_runtime.documents import sentences
 from keras_transformer_runtime.hypotheses import Hypothesis
@@ -33,14 +38,6 @@ from keras_transformer_runtime.special_tokens import UNK_ID
 from keras_transformer_runtime.input_texts import checked_texts as _checked_texts
 from keras_transformer_runtime.input_texts import warn_about_unknown_characters
 
-# With a compiled loop, sources are padded to this many tokens, or to a
-# power of two above it (at most the model's max_length), so a stream of
-# batches compiles a few programs, each of which costs seconds on a CPU
-# (benchmarks/findings/decoding.md, "Decoding speed").
-SOURCE_BUCKET = 32
-# A batch of fewer sentences is filled up to the next of these sizes (or
-# to `batch_size`), so that a stream of batches compiles a few programs.
-SMALLEST_BATCH = 8
 # Sentences decoded together (`batch_size="auto"`); the batches of a call
 # are filled with sentences of similar length. With a compiled loop on a
 # CPU, small batches translate fastest: a batch runs until its longest
@@ -146,8 +143,8 @@ class TextTranslator:
     def _padded_batch(self, ids, batch_rows=None, zeros=False):
         """`ids` as int32 `(rows, width)`, padded with 0; bucketed, in a few shapes only.
 
-        When `bucketed`, the width is rounded up to `SOURCE_BUCKET` or a
-        power of two above it, and the rows up to `rows` (a call's last,
+        When `bucketed`, the width is rounded up to one of
+        `batch_buckets.source_widths`, and the rows up to `rows` (a call's last,
         smaller batch is filled up to its others') or else to 8, 16, 32,
         ... (at most `batch_size`), by repeating the first row, whose
         extra translations are dropped: a fully padded row would be a
@@ -157,7 +154,7 @@ class TextTranslator:
         width = max(1, max(len(row) for row in ids))
         rows = len(ids)
         if self.bucketed:
-            width = min(self.max_length, next_bucket(width, SOURCE_BUCKET))
+            width = source_width(width, self.max_length)
             rows = self.lone_sentence_rows if rows == 1 else min(next_bucket(rows, SMALLEST_BATCH), self.batch_size)
             rows = max(len(ids), batch_rows or rows)
         batch = np.zeros((rows, width), "int32")
@@ -172,22 +169,21 @@ class TextTranslator:
         Rows: 8, 16, 32, ... up to `batch_size` (a batch is filled up to one
         of these), `lone_sentence_rows`, and a part's where a call of one
         batch is split over `batch_cores` (`batch_threads.parts_a_core`);
-        widths: `SOURCE_BUCKET` and powers of two above it, the last cut to
-        `max_length`. A compiled engine compiles each once.
+        widths: `batch_buckets.source_widths`. A compiled engine compiles
+        each once.
 
         Example:
 
         >>> translator = TextTranslator()
-        >>> translator.batch_size, translator.max_length = 16, 100
+        >>> translator.batch_size, translator.max_length = 16, 128
         >>> translator.batch_shapes()
-        [(8, 32), (8, 64), (8, 100), (16, 32), (16, 64), (16, 100)]
+        [(8, 32), (8, 64), (8, 96), (8, 128), (16, 32), (16, 64), (16, 96), (16, 128)]
         """
         rows = {min(next_bucket(size, SMALLEST_BATCH), self.batch_size) for size in range(2, self.batch_size + 1)}
         rows.add(self.lone_sentence_rows)
         if -(-self.batch_size // self.batch_cores) > 1:  # parts of several sentences (else lone ones)
             rows.add(-(-self.batch_size // self.batch_cores))
-        widths = {min(self.max_length, next_bucket(size, SOURCE_BUCKET)) for size in range(1, self.max_length + 1)}
-        return [(row, width) for row in sorted(rows) for width in sorted(widths)]
+        return [(row, width) for row in sorted(rows) for width in source_widths(self.max_length)]
 
     def unknown_characters(self, text):
         """How many of `text`'s non-space characters the vocabulary does not know.
@@ -437,20 +433,6 @@ class TextTranslator:
 
     def _decode(self, source):
         raise NotImplementedError(f"{type(self).__name__} must define _decode(source) -> generated ids.")
-
-
-def next_bucket(size, smallest):
-    """`smallest`, or the first power-of-two multiple of it that holds `size`.
-
-    Example:
-
-    >>> [next_bucket(size, 32) for size in (1, 32, 33, 65)]
-    [32, 32, 64, 128]
-    """
-    bucket = smallest
-    while bucket < size:
-        bucket *= 2
-    return bucket
 
 
 def resolve_batch_size(batch_size, compiled, has_accelerator):

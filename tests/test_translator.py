@@ -130,7 +130,7 @@ def test_compiled_batches_come_in_a_few_shapes(run_dir):
     compiled = Translator.from_directory(str(run_dir), max_new_tokens=6, jit_compile=True, batch_size=16)
     shapes = {compiled._padded_batch([[5] * length] * rows).shape
               for length in range(1, compiled.max_length + 1, 5) for rows in range(1, 17)}
-    # Widths of 32 and up, powers of two, at most max_length (the fixture's is 24).
+    # Widths of 32 and up (batch_buckets.source_widths), at most max_length (the fixture's is 24).
     assert {width for _, width in shapes} == {min(32, compiled.max_length)}
     assert {rows for rows, _ in shapes} == {8, 16}
     # A call's last, smaller batch is as large as its others.

@@ -112,8 +112,8 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
     from keras_transformer.decoding import search_tensors
 
     from keras_transformer.translation.translator import DEFAULT_NO_REPEAT_NGRAM_SIZE
-    from keras_transformer.translation.translator import SMALLEST_BATCH
-    from keras_transformer.translation.translator import SOURCE_BUCKET
+    from keras_transformer_runtime.batch_buckets import SMALLEST_BATCH
+    from keras_transformer_runtime.batch_buckets import source_widths
     from keras_transformer_runtime.search_defaults import checked_output_ratio
 
     if no_repeat_ngram_size is None:
@@ -132,10 +132,9 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
 
     # The search alone is compiled by XLA where the model is served (the
     # string ops around it cannot be), once per batch shape: as
-    # `Translator` does, sources are padded to `SOURCE_BUCKET` tokens or a
-    # power of two above it, and rows to a power of two (at least
-    # `SMALLEST_BATCH`) by repeating the first, so a stream of batches
-    # compiles a few programs.
+    # `Translator` does, sources are padded to one of `source_widths`, and
+    # rows to a power of two (at least `SMALLEST_BATCH`) by repeating the
+    # first, so a stream of batches compiles a few programs.
     search = tf.function(
         lambda encoder_tokens: search_tensors(
             decoder, encoder_tokens, GreedyChoice(), max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
@@ -151,7 +150,8 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         ids = tokenize(texts)[:, :max_length]
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
         rows, width = tf.shape(encoder_tokens)[0], tf.shape(encoder_tokens)[1]
-        width_bucket = tf.minimum(_next_bucket(tf, width, SOURCE_BUCKET), max_length)
+        widths = tf.constant(source_widths(max_length), tf.int32)
+        width_bucket = widths[tf.reduce_sum(tf.cast(widths < width, tf.int32))]
         encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, width_bucket - width]])
         extra_rows = _next_bucket(tf, rows, SMALLEST_BATCH) - rows
         encoder_tokens = tf.concat([encoder_tokens, tf.repeat(encoder_tokens[:1], extra_rows, axis=0)], axis=0)

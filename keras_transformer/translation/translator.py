@@ -66,7 +66,7 @@ class Translator(TextTranslator):
             model's `max_length - 1`.
         jit_compile: compile decoding with XLA: greedy and beam search
             become one compiled program per batch size and source bucket
-            (sources are padded to 32 tokens or a power of two above it,
+            (sources are padded to 32, 64, 96, 128, 192, ... tokens,
             batches filled up to 8, 16, 32, ... sentences). `"auto"` (the default)
             compiles on TensorFlow and JAX and runs eagerly on torch, which
             has no XLA. Compiling costs more than it saves for a sentence
