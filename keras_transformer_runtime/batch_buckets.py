@@ -6,7 +6,7 @@ speed"), so a stream of batches is padded into a few shapes: rows to 8,
 16, 32, ... and sources to `SOURCE_BUCKET` tokens, to a power of two above
 it, or to one and a half times one (`source_widths`). Every padded source
 token costs the encoder's work and a share of every step's cross-attention;
-the half steps keep a batch of long sources within a third of its longest.
+the half steps pad a batch of long sources to at most half again its longest.
 """
 
 # The narrowest padded source width: shorter sources are padded to it.

@@ -34,3 +34,13 @@ def test_a_batch_is_padded_to_the_narrowest_width_that_holds_its_longest_source(
 def test_long_sources_are_padded_less_than_to_the_next_power_of_two():
     assert [source_width(width, 1024) for width in (20, 33, 65, 97, 130, 200, 300, 700)] == [
         32, 64, 96, 128, 192, 256, 384, 768]
+
+
+def test_the_savedmodel_pads_a_source_to_the_width_the_engine_does():
+    tf = pytest.importorskip("tensorflow")
+    from keras_transformer.translation.export import _padded_width
+
+    for max_length in (24, 64, 128, 300, 1024):
+        widths = source_widths(max_length)
+        for width in range(1, max_length + 1):
+            assert int(_padded_width(tf, tf.constant(width), widths)) == source_width(width, max_length)

@@ -150,8 +150,7 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
         ids = tokenize(texts)[:, :max_length]
         encoder_tokens = ids.to_tensor(default_value=PAD_ID)
         rows, width = tf.shape(encoder_tokens)[0], tf.shape(encoder_tokens)[1]
-        widths = tf.constant(source_widths(max_length), tf.int32)
-        width_bucket = widths[tf.reduce_sum(tf.cast(widths < width, tf.int32))]
+        width_bucket = _padded_width(tf, width, source_widths(max_length))
         encoder_tokens = tf.pad(encoder_tokens, [[0, 0], [0, width_bucket - width]])
         extra_rows = _next_bucket(tf, rows, SMALLEST_BATCH) - rows
         encoder_tokens = tf.concat([encoder_tokens, tf.repeat(encoder_tokens[:1], extra_rows, axis=0)], axis=0)
@@ -164,6 +163,12 @@ def build_serving_module(model, vocabulary_proto, max_new_tokens=None, no_repeat
 
     module.translate = translate
     return module
+
+
+def _padded_width(tf, width, widths):
+    """The first of `widths` (ascending ints) that holds `width` (a scalar tensor): `source_width` in the graph."""
+    widths = tf.constant(widths, tf.int32)
+    return widths[tf.reduce_sum(tf.cast(widths < width, tf.int32))]
 
 
 def _next_bucket(tf, size, smallest):

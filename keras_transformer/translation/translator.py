@@ -23,7 +23,7 @@ from keras_transformer_runtime.decoding_settings import checked_output_ratio
 from keras_transformer_runtime.text_translator import BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import COMPILED_CPU_BATCH_SIZE  # noqa: F401
 from keras_transformer_runtime.text_translator import DEFAULT_BATCH_SIZE
-from keras_transformer_runtime.text_translator import SMALLEST_BATCH  # noqa: F401 (the export's buckets)
+from keras_transformer_runtime.text_translator import SMALLEST_BATCH  # noqa: F401
 from keras_transformer_runtime.text_translator import SOURCE_BUCKET  # noqa: F401
 from keras_transformer_runtime.text_translator import TextTranslator
 from keras_transformer_runtime.text_translator import resolve_batch_size as resolve_runtime_batch_size
